@@ -1,0 +1,42 @@
+# Two set-up commands: `make run` and `make test`. Both create .venv on first use.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PROFILE ?= local
+
+.PHONY: run test test-slow lint bench pictures clean-runs
+
+$(STAMP): pyproject.toml constraints.txt setup.py llp/sim/_raycast.c
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# the CPU build of torch first (a local wheel on the reference machine): with it in place,
+	# no dependency can pull a multi-GB CUDA build
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/llp run --profile $(PROFILE)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check llp flows actors stages infra tests
+
+bench: $(STAMP)
+	$(BIN)/llp bench sim --json
+	$(BIN)/llp bench learner --json
+	$(BIN)/llp bench rllib --json
+	$(BIN)/llp bench pipeline --json
+
+pictures: $(STAMP)
+	$(BIN)/llp render terrain --out docs/terrain.png
+	$(BIN)/llp render depth --tile-type climb --out docs/depth_climb.png
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,83 @@
+"""`llp bench sim`: simulator throughput against raw physics, in one process.
+
+physics_policy_steps_per_s: the env's own batch (same per-env models, same N)
+stepped ``decimation`` times per policy step with nothing else (the robots hold
+their default pose: zero actions).
+env_policy_steps_per_s: the full env step: physics, policy observations
+(proprioception, command, 187-point height scan), every reward and termination
+term, resets. The two are timed in alternating blocks so that load on a shared
+machine hits both alike; times are CPU seconds of this one-threaded process; ratios are what to
+compare across machines.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from llp.config.files import env_config
+from llp.sim.env import ParkourEnv
+
+
+def _time_blocks(fn_a, fn_b, block: int, rounds: int) -> tuple[float, float]:
+    """CPU seconds of this process spent in ``fn_a`` and ``fn_b``, run in alternating blocks.
+
+    CPU time rather than wall time: on a shared virtual machine, time stolen by
+    neighbours would otherwise land on whichever block it happened to hit.
+    """
+    t_a = t_b = 0.0
+    for _ in range(rounds):
+        t0 = time.process_time()
+        for _ in range(block):
+            fn_a()
+        t1 = time.process_time()
+        for _ in range(block):
+            fn_b()
+        t2 = time.process_time()
+        t_a += t1 - t0
+        t_b += t2 - t1
+    return t_a, t_b
+
+
+def measure(env: ParkourEnv, steps: int, rounds: int = 10) -> tuple[float, float]:
+    """(physics policy steps/s, env policy steps/s) for ``env``, each over ``steps`` policy steps."""
+    zeros = torch.zeros(env.num_envs, env.num_actions)
+    decimation = env.cfg.decimation
+    for _ in range(10):
+        env.step(zeros)
+    block = max(1, steps // rounds)
+    t_phys, t_env = _time_blocks(lambda: env.batch.step(nstep=decimation), lambda: env.step(zeros), block, rounds)
+    n = block * rounds * env.num_envs
+    return n / t_phys, n / t_env
+
+
+def run(robot: str = "lightbot0_like", num_envs: int = 64, steps: int = 200, depth_steps: int = 40,
+        task: str = "locomotion", seed: int = 0) -> dict:
+    torch.set_num_threads(1)
+    cfg = env_config(task, robot)
+    env = ParkourEnv(cfg, num_envs, seed=seed, threads=1)
+    physics, full = measure(env, steps)
+    groups = {g: list(t) for g, t in cfg.observations.items()}
+    groups["policy"] = [*groups["policy"], "depth"]
+    depth_cfg = env_config(task, robot, {"observations": groups})
+    depth_env = ParkourEnv(depth_cfg, num_envs, seed=seed, threads=1)
+    depth_physics, depth_full = measure(depth_env, depth_steps)
+    images = depth_env.depth_images()
+    return {
+        "robot": robot,
+        "num_envs": num_envs,
+        "num_actions": env.num_actions,
+        "threads": 1,
+        "physics_policy_steps_per_s": round(physics, 1),
+        "env_policy_steps_per_s": round(full, 1),
+        "ratio": round(full / physics, 3),
+        "height_scan_points": int(env.scan_points.shape[0]),
+        "reward_terms": len(env.reward_names),
+        "depth_resolution": [int(images.shape[2]), int(images.shape[1])],
+        "depth_physics_policy_steps_per_s": round(depth_physics, 1),
+        "depth_env_policy_steps_per_s": round(depth_full, 1),
+        "depth_ratio": round(depth_full / depth_physics, 3),
+        "depth_hit_fraction": round(float(np.mean(images < depth_cfg.depth_camera.far)), 3),
+    }

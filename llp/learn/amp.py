@@ -1,0 +1,172 @@
+"""Adversarial motion prior with phase-conditional discriminators.
+
+Each phase of a course has its own discriminator over state transitions
+(features of s_t and s_{t+1}): before the trigger a walking prior, after it a
+skill prior. An env's phase comes from its progress along its course (the env
+provides the signed distance past the course's trigger point), with a hard or a
+smooth hand-off between neighbouring phases. The style reward enters the
+environment reward before GAE, so it changes advantages like any other reward.
+
+Discriminator loss: binary cross-entropy (style reward softplus(logit) = -log(1 - D))
+or least squares (targets +1 / -1, style reward max(0, 1 - (d - 1)^2 / 4)); both
+with a zero-centred gradient penalty on reference samples, (w / 2) E ||grad D||^2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from rsl_rl.modules import MLP, EmpiricalNormalization
+
+from llp.config.schema import check, field
+
+
+@dataclass(kw_only=True)
+class AMPConfig:
+    """Adversarial motion prior."""
+
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 128], doc="Discriminator MLP hidden sizes.")
+    loss: str = field(default="bce", doc="'bce' (style reward softplus(logit)) or 'lsgan' (least squares).")
+    gradient_penalty: float = field(default=10.0, doc="Weight w of the zero-centred gradient penalty.")
+    style_coef: float = field(default=1.0, doc="Style reward weight (reward per step = style_coef * dt * style).")
+    learning_rate: float = field(default=1e-4, doc="Discriminator Adam learning rate.")
+    triggers: list[float] = field(
+        default_factory=list, doc="Progress values where the phase changes (strictly increasing); phases = len + 1."
+    )
+    hand_off: str = field(default="hard", doc="'hard' switch at a trigger or 'smooth' (logistic blend).")
+    smooth_width: float = field(default=0.2, doc="Width of the smooth hand-off, in progress units (metres).")
+    reward_group: int = field(default=0, doc="Reward group (value head) the style reward is added to.")
+    num_minibatches: int = field(default=4, doc="Discriminator minibatches per iteration.")
+
+    def validate(self, path: str) -> None:
+        p = f"{path}." if path else ""
+        check(self.loss in ("bce", "lsgan"), f"{p}loss", "allowed values: 'bce', 'lsgan'")
+        check(self.hand_off in ("hard", "smooth"), f"{p}hand_off", "allowed values: 'hard', 'smooth'")
+        check(self.gradient_penalty >= 0, f"{p}gradient_penalty", "must be >= 0")
+        check(self.smooth_width > 0, f"{p}smooth_width", "must be positive")
+        for i in range(1, len(self.triggers)):
+            check(self.triggers[i] > self.triggers[i - 1], f"{p}triggers",
+                  f"trigger positions must be strictly increasing, got {self.triggers}")
+
+
+class Discriminator(nn.Module):
+    """D(s, s') -> logit, with running input normalisation."""
+
+    def __init__(self, feature_dim: int, hidden_dims: list[int], normalize: bool = True):
+        super().__init__()
+        self.normalizer = EmpiricalNormalization(2 * feature_dim) if normalize else nn.Identity()
+        self.mlp = MLP(2 * feature_dim, 1, hidden_dims, "relu")
+
+    def forward(self, transitions: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.normalizer(transitions))[..., 0]
+
+
+def gradient_penalty(disc: nn.Module, reference: torch.Tensor, weight: float) -> torch.Tensor:
+    """Zero-centred penalty (weight / 2) * E ||d logit / d x||^2 on reference transitions [B, 2F]."""
+    x = reference.detach().requires_grad_(True)
+    logits = disc(x)
+    (grad,) = torch.autograd.grad(logits.sum(), x, create_graph=True)
+    return 0.5 * weight * grad.pow(2).sum(dim=-1).mean()
+
+
+def phase_weights(progress: torch.Tensor, triggers: list[float], hand_off: str, width: float) -> torch.Tensor:
+    """Weight of each phase for each sample: progress [...] -> [..., len(triggers) + 1], rows sum to 1."""
+    if not triggers:
+        return torch.ones(*progress.shape, 1)
+    if hand_off == "hard":
+        t = torch.tensor(triggers, dtype=progress.dtype)
+        idx = torch.bucketize(progress, t, right=True)  # at a trigger exactly, the later phase
+        return F.one_hot(idx, len(triggers) + 1).to(progress.dtype)
+    # smooth: phase k is "past trigger k-1 and not past trigger k", each step a logistic
+    past = [torch.sigmoid((progress - t) / width) for t in triggers]
+    weights = []
+    for k in range(len(triggers) + 1):
+        w = torch.ones_like(progress)
+        if k > 0:
+            w = w * past[k - 1]
+        if k < len(triggers):
+            w = w * (1 - past[k])
+        weights.append(w)
+    w = torch.stack(weights, dim=-1)
+    return w / w.sum(dim=-1, keepdim=True)
+
+
+class AMP:
+    """Discriminators (one per phase), style rewards and discriminator training."""
+
+    def __init__(self, cfg: AMPConfig, feature_dim: int, references: list[torch.Tensor], dt: float):
+        """``references``: one tensor of reference transitions [M, 2F] per phase."""
+        if len(references) != len(cfg.triggers) + 1:
+            raise ValueError(f"{len(cfg.triggers)} triggers need {len(cfg.triggers) + 1} reference sets, "
+                             f"got {len(references)}")
+        self.cfg, self.dt = cfg, dt
+        self.references = references
+        self.discriminators = nn.ModuleList([Discriminator(feature_dim, cfg.hidden_dims) for _ in references])
+        self.optimizer = torch.optim.Adam(self.discriminators.parameters(), lr=cfg.learning_rate)
+        for d, ref in zip(self.discriminators, references):
+            d.normalizer.update(ref)
+
+    def _style(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.cfg.loss == "bce":
+            return F.softplus(logits)
+        return torch.clamp(1 - 0.25 * (logits - 1) ** 2, min=0.0)
+
+    @torch.no_grad()
+    def style_reward(self, obs: torch.Tensor, next_obs: torch.Tensor, progress: torch.Tensor) -> torch.Tensor:
+        """Style reward per transition: obs, next_obs [..., F], progress [...] -> [...] (phase-weighted)."""
+        x = torch.cat([obs, next_obs], dim=-1)
+        w = phase_weights(progress, self.cfg.triggers, self.cfg.hand_off, self.cfg.smooth_width)
+        rewards = torch.stack([self._style(d(x)) for d in self.discriminators], dim=-1)
+        return (w * rewards).sum(dim=-1)
+
+    def extra_rewards(self, rollout, num_groups: int) -> torch.Tensor:
+        """[T, N, H] rewards to add before GAE: style_coef * dt * style in the configured reward group."""
+        style = self.style_reward(rollout.amp_obs, rollout.extras["amp_next"], rollout.amp_phase)
+        extra = torch.zeros(*style.shape, num_groups)
+        extra[..., self.cfg.reward_group] = self.cfg.style_coef * self.dt * style
+        return extra
+
+    def update(self, rollout) -> dict[str, float]:
+        """Train each phase's discriminator: reference transitions vs. the policy's, for its phase."""
+        obs, nxt = rollout.amp_obs, rollout.extras["amp_next"]
+        policy = torch.cat([obs, nxt], dim=-1).reshape(-1, 2 * obs.shape[-1])
+        w = phase_weights(rollout.amp_phase, self.cfg.triggers, self.cfg.hand_off, self.cfg.smooth_width)
+        phase = w.reshape(-1, w.shape[-1]).argmax(dim=-1)
+        metrics: dict[str, float] = {}
+        for k, (disc, ref) in enumerate(zip(self.discriminators, self.references)):
+            samples = policy[phase == k]
+            if len(samples) == 0:
+                continue
+            disc.normalizer.update(samples)
+            mb = max(1, len(samples) // self.cfg.num_minibatches)
+            perm = torch.randperm(len(samples))
+            for j in range(self.cfg.num_minibatches):
+                pol = samples[perm[j * mb : (j + 1) * mb]]
+                if len(pol) == 0:
+                    continue
+                refb = ref[torch.randint(len(ref), (len(pol),))]
+                d_ref, d_pol = disc(refb), disc(pol)
+                if self.cfg.loss == "bce":
+                    loss = F.binary_cross_entropy_with_logits(d_ref, torch.ones_like(d_ref)) + \
+                        F.binary_cross_entropy_with_logits(d_pol, torch.zeros_like(d_pol))
+                else:
+                    loss = ((d_ref - 1) ** 2).mean() + ((d_pol + 1) ** 2).mean()
+                gp = gradient_penalty(disc, refb, self.cfg.gradient_penalty)
+                self.optimizer.zero_grad()
+                (loss + gp).backward()
+                self.optimizer.step()
+                metrics[f"amp/phase{k}_loss"] = float(loss.detach())
+                metrics[f"amp/phase{k}_grad_penalty"] = float(gp.detach())
+                metrics[f"amp/phase{k}_d_ref"] = float(d_ref.detach().mean())
+                metrics[f"amp/phase{k}_d_policy"] = float(d_pol.detach().mean())
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"discriminators": self.discriminators.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.discriminators.load_state_dict(state["discriminators"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,263 @@
+"""PPO with an asymmetric critic, grouped advantages, online DAgger and scan reconstruction.
+
+One update consumes one ``Rollout``:
+
+* advantages by ``gae`` (time-outs bootstrap from the final state's value),
+  normalised per reward group and combined with the configured weights;
+* clipped surrogate, clipped value loss (mean over value heads), entropy bonus,
+  adaptive learning rate on the KL between the rollout policy and the current one;
+* ``loss = rl_coef * PPO + dagger_coef * DAgger + recon_coef * reconstruction``;
+  ``rl_coef = 0`` is pure DAgger, ``dagger_coef = 0`` is pure PPO;
+* recurrent actors are replayed window by window (``bptt_length`` steps) from
+  the memory recorded before each window, so unchanged weights reproduce the
+  rollout's log-probabilities exactly.
+
+rsl_rl's PPO is not reused as a class: it bootstraps time-outs from V(s_t)
+instead of the final state, has one value head, and its recurrent replay pads
+trajectories at dones; the pieces it shares with us (MLP, normalisation,
+Gaussian distribution) come from rsl_rl.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from llp.config.schema import check, field
+from llp.learn.dagger import dagger_loss, sample_weights
+from llp.learn.gae import combine_advantages, gae
+from llp.learn.memory import Memory
+from llp.learn.models import Actor, Critic
+from llp.learn.storage import Rollout
+
+
+@dataclass(kw_only=True)
+class PPOConfig:
+    """PPO / DAgger learning rule (per-iteration sizes and coefficients)."""
+
+    num_steps: int = field(default=24, doc="Steps per env per iteration (rollout length).")
+    num_epochs: int = field(default=5, doc="Passes over each rollout.")
+    num_minibatches: int = field(default=4, doc="Minibatches per pass.")
+    clip: float = field(default=0.2, doc="Surrogate and value clipping range.")
+    gamma: float = field(default=0.99, doc="Discount.")
+    lam: float = field(default=0.95, doc="GAE lambda.")
+    value_coef: float = field(default=1.0, doc="Weight of the value loss.")
+    entropy_coef: float = field(default=0.005, doc="Weight of the entropy bonus.")
+    learning_rate: float = field(default=1e-3, doc="Initial Adam learning rate.")
+    schedule: str = field(default="adaptive", doc="'adaptive' (KL-driven) or 'fixed' learning rate.")
+    desired_kl: float = field(default=0.01, doc="Target KL for the adaptive schedule.")
+    max_grad_norm: float = field(default=1.0, doc="Gradient norm clip.")
+    advantage_weights: list[float] = field(
+        default_factory=lambda: [1.0], doc="Weight of each reward group's normalised advantage (one per value head)."
+    )
+    rl_coef: float = field(default=1.0, doc="lambda_RL: weight of the PPO loss (0 = pure DAgger).")
+    dagger_coef: float = field(default=0.0, doc="Weight of the DAgger loss (needs teachers).")
+    balance_groups: bool = field(default=False, doc="DAgger: weight each expert group equally (see dagger.py).")
+    recon_coef: float = field(default=0.0, doc="Weight of the reconstruction loss (needs a decoder).")
+    bptt_length: int | None = field(
+        default=None, doc="Truncated BPTT window for recurrent actors (divides num_steps); null = the whole rollout."
+    )
+
+    def validate(self, path: str) -> None:
+        p = f"{path}." if path else ""
+        check(self.num_steps >= 1, f"{p}num_steps", "must be >= 1")
+        check(self.num_epochs >= 1, f"{p}num_epochs", "must be >= 1")
+        check(self.num_minibatches >= 1, f"{p}num_minibatches", "must be >= 1")
+        check(0 < self.gamma <= 1, f"{p}gamma", "must be in (0, 1]")
+        check(0 <= self.lam <= 1, f"{p}lam", "must be in [0, 1]")
+        check(self.learning_rate > 0, f"{p}learning_rate", "must be positive")
+        check(self.schedule in ("adaptive", "fixed"), f"{p}schedule", "allowed values: 'adaptive', 'fixed'")
+        check(self.rl_coef >= 0 and self.dagger_coef >= 0, f"{p}rl_coef", "coefficients must be >= 0")
+        check(self.rl_coef > 0 or self.dagger_coef > 0, f"{p}rl_coef", "rl_coef and dagger_coef cannot both be 0")
+        if self.bptt_length is not None:
+            check(self.bptt_length >= 1 and self.num_steps % self.bptt_length == 0, f"{p}bptt_length",
+                  f"must divide num_steps ({self.num_steps})")
+
+    @property
+    def window(self) -> int:
+        return self.bptt_length or self.num_steps
+
+
+class PPO:
+    """The learner: owns actor, critic and optimiser; ``update(rollout)`` does one iteration's learning."""
+
+    def __init__(self, actor: Actor, critic: Critic | None, cfg: PPOConfig, env_groups: torch.Tensor | None = None):
+        self.actor, self.critic, self.cfg = actor, critic, cfg
+        params = list(actor.parameters()) + (list(critic.parameters()) if critic is not None else [])
+        self.optimizer = torch.optim.Adam(params, lr=cfg.learning_rate)
+        self.learning_rate = cfg.learning_rate
+        self.env_groups = env_groups  # [N] expert group of each env (DAgger weights)
+        self.weights = torch.tensor(cfg.advantage_weights, dtype=torch.float32)
+        if critic is not None and critic.cfg.num_heads != len(cfg.advantage_weights):
+            raise ValueError(
+                f"critic has {critic.cfg.num_heads} value heads but advantage_weights has "
+                f"{len(cfg.advantage_weights)} entries"
+            )
+
+    # ------------------------------------------------------------------ batches
+    def _minibatches(self, ro: Rollout):
+        """Yield index sets: (time, env) flat indices for feed-forward actors, env subsets x windows otherwise."""
+        T, N = ro.num_steps, ro.num_envs
+        if not self.actor.is_recurrent:
+            perm = torch.randperm(T * N)
+            size = (T * N) // self.cfg.num_minibatches
+            for k in range(self.cfg.num_minibatches):
+                yield ("flat", perm[k * size : (k + 1) * size])
+        else:
+            L = self.cfg.window
+            windows = [(s, e) for s in range(0, T, L) for e in range(N)]
+            perm = torch.randperm(len(windows))
+            size = max(1, len(windows) // self.cfg.num_minibatches)
+            for k in range(self.cfg.num_minibatches):
+                chosen = [windows[i] for i in perm[k * size : (k + 1) * size].tolist()]
+                yield ("windows", chosen)
+
+    def evaluate(self, ro: Rollout, batch) -> dict[str, torch.Tensor]:
+        """Re-run the actor (and critic) on a minibatch; returns flat tensors over its samples."""
+        kind, idx = batch
+        T, N = ro.num_steps, ro.num_envs
+        out: dict[str, torch.Tensor] = {}
+        if kind == "flat":
+            t, e = idx // N, idx % N
+            stacked = ro.stacked_frames()[t, e]
+            out["mean"] = self.actor.flat(stacked)
+            out["t"], out["e"] = t, e
+        else:
+            L = self.cfg.window
+            starts: dict[int, list[int]] = {}
+            for s, e in idx:
+                starts.setdefault(s, []).append(e)
+            means, latents, ts, es = [], [], [], []
+            for s, envs in starts.items():
+                envs_t = torch.tensor(envs)
+                memory = ro.memory_at(s, envs_t)
+                mean, latent = self.actor.sequence(
+                    ro.actor_obs[s : s + L, envs_t], memory, ro.dones[s : s + L, envs_t]
+                )
+                means.append(mean.reshape(-1, mean.shape[-1]))
+                if latent is not None:
+                    latents.append(latent.reshape(-1, latent.shape[-1]))
+                tt = torch.arange(s, s + L)[:, None].expand(L, len(envs)).reshape(-1)
+                ts.append(tt)
+                es.append(envs_t[None, :].expand(L, len(envs)).reshape(-1))
+            out["mean"] = torch.cat(means)
+            if latents:
+                out["latent"] = torch.cat(latents)
+            out["t"], out["e"] = torch.cat(ts), torch.cat(es)
+        if self.critic is not None:
+            out["values"] = self.critic(ro.critic_obs[out["t"], out["e"]])
+        return out
+
+    # ------------------------------------------------------------------ update
+    def update(self, ro: Rollout, extra_rewards: torch.Tensor | None = None) -> dict[str, float]:
+        """One iteration of learning on ``ro``; ``extra_rewards`` [T, N, H] (e.g. AMP style) join the rewards
+        before GAE."""
+        cfg = self.cfg
+        rewards = ro.rewards if extra_rewards is None else ro.rewards + extra_rewards
+        adv, returns = gae(rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values,
+                           cfg.gamma, cfg.lam)
+        advantages = combine_advantages(adv, self.weights)
+        groups = None
+        if self.env_groups is not None:
+            groups = self.env_groups[None, :].expand(ro.num_steps, -1)
+        totals: dict[str, float] = {}
+        count = 0
+        for _ in range(cfg.num_epochs):
+            for batch in self._minibatches(ro):
+                ev = self.evaluate(ro, batch)
+                t, e = ev["t"], ev["e"]
+                losses = self._losses(ro, ev, t, e, advantages, returns, groups)
+                loss = losses.pop("loss")
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
+                if self.critic is not None:
+                    nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                for k, v in losses.items():
+                    totals[k] = totals.get(k, 0.0) + float(v)
+                count += 1
+        self.actor.update_normalization(ro.actor_obs.reshape(-1, ro.actor_obs.shape[-1]))
+        if self.critic is not None:
+            self.critic.update_normalization(ro.critic_obs.reshape(-1, ro.critic_obs.shape[-1]))
+        metrics = {f"loss/{k}": v / max(count, 1) for k, v in totals.items()}
+        metrics["policy/learning_rate"] = self.learning_rate
+        metrics["policy/action_std"] = float(self.actor.std.detach().mean())
+        metrics["policy/mean_reward_per_step"] = float(rewards.sum(-1).mean())
+        return metrics
+
+    def _losses(self, ro, ev, t, e, advantages, returns, groups) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        mean = ev["mean"]
+        dist = self.actor.dist(mean)
+        out: dict[str, torch.Tensor] = {}
+        loss = torch.zeros(())
+        if cfg.rl_coef > 0:
+            log_prob = dist.log_prob(ro.actions[t, e])
+            entropy = dist.entropy.mean()
+            old_mean, old_std = ro.means[t, e], ro.stds[t, e]
+            with torch.no_grad():
+                kl = torch.distributions.kl_divergence(
+                    torch.distributions.Normal(old_mean, old_std), torch.distributions.Normal(mean, dist.std)
+                ).sum(-1).mean()
+                self._adapt_lr(float(kl))
+            ratio = torch.exp(log_prob - ro.log_probs[t, e])
+            adv = advantages[t, e]
+            surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
+            rl = surrogate - cfg.entropy_coef * entropy
+            if self.critic is not None:
+                values, old_values, ret = ev["values"], ro.values[t, e], returns[t, e]
+                clipped = old_values + (values - old_values).clamp(-cfg.clip, cfg.clip)
+                value_loss = torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean()
+                rl = rl + cfg.value_coef * value_loss
+                out["value"] = value_loss.detach()
+            loss = loss + cfg.rl_coef * rl
+            out.update(surrogate=surrogate.detach(), entropy=entropy.detach(), kl=kl,
+                       ratio_deviation=(ratio - 1).abs().mean().detach())
+        if cfg.dagger_coef > 0:
+            if ro.teacher_actions is None:
+                raise ValueError("dagger_coef > 0 but the rollout has no teacher labels (attach teachers)")
+            g = None if groups is None else groups[t, e]
+            w = sample_weights(g, len(t), cfg.balance_groups)
+            d = dagger_loss(mean, ro.teacher_actions[t, e], w)
+            loss = loss + cfg.dagger_coef * d
+            out["dagger"] = d.detach()
+        if cfg.recon_coef > 0:
+            if "latent" not in ev or ro.recon_targets is None:
+                raise ValueError("recon_coef > 0 needs a recurrent actor with a decoder and reconstruction targets")
+            pred = self.actor.reconstruct(ev["latent"])
+            r = ((pred - ro.recon_targets[t, e]) ** 2).mean()
+            loss = loss + cfg.recon_coef * r
+            out["reconstruction"] = r.detach()
+        out["loss"] = loss
+        return out
+
+    def _adapt_lr(self, kl: float) -> None:
+        cfg = self.cfg
+        if cfg.schedule != "adaptive":
+            return
+        if kl > cfg.desired_kl * 2.0:
+            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+        elif 0.0 < kl < cfg.desired_kl / 2.0:
+            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate
+
+    # ------------------------------------------------------------------ replay check
+    @torch.no_grad()
+    def replay_log_probs(self, ro: Rollout) -> torch.Tensor:
+        """Log-probabilities of the rollout's actions recomputed by replay, [T, N] (diagnostic and tests)."""
+        T, N = ro.num_steps, ro.num_envs
+        out = torch.zeros(T, N)
+        if not self.actor.is_recurrent:
+            mean = self.actor.flat(ro.stacked_frames().reshape(T * N, *ro.stacked_frames().shape[2:]))
+            return self.actor.dist(mean).log_prob(ro.actions.reshape(T * N, -1)).reshape(T, N)
+        L = self.cfg.window
+        envs = torch.arange(N)
+        for s in range(0, T, L):
+            memory: Memory = ro.memory_at(s, envs)
+            mean, _ = self.actor.sequence(ro.actor_obs[s : s + L], memory, ro.dones[s : s + L])
+            out[s : s + L] = self.actor.dist(mean).log_prob(ro.actions[s : s + L])
+        return out

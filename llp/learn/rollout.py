@@ -1,0 +1,216 @@
+"""On-policy data collection: the current policy acts, everything exact replay needs is recorded.
+
+Works with any vectorised env whose ``step(actions)`` returns a result with
+``obs``, ``reward``, ``terminated``, ``truncated``, ``final_obs`` and ``info``
+(``llp.sim.env.ParkourEnv`` and the small test envs). With teachers attached,
+each teacher labels the states the student actually visited, reading the
+teacher's own observation terms at the same step (online DAgger); with several
+teachers, each env is labelled by the teacher of its group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from llp.learn.memory import Memory
+from llp.learn.models import Actor, Critic, gather, parse_refs
+from llp.learn.storage import Rollout
+
+
+@dataclass
+class Teacher:
+    """A frozen expert and the envs it labels."""
+
+    actor: Actor
+    env_ids: torch.Tensor  # [M] envs routed to this teacher
+
+
+class EpisodeStats:
+    """Running episode statistics reported by the env (returns, lengths, success)."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.returns: list[float] = []
+        self.lengths: list[float] = []
+        self.successes: list[float] = []
+        self.falls: list[float] = []
+        self.levels: list[float] = []
+
+    def add(self, episode: dict) -> None:
+        self.returns += [float(x) for x in episode["return"]]
+        self.lengths += [float(x) for x in episode["length"]]
+        self.falls += [float(x) for x in episode["terminated"]]
+        if "success" in episode:
+            self.successes += [float(x) for x in episode["success"]]
+        if "level" in episode:
+            self.levels += [float(x) for x in episode["level"]]
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self.returns:
+            out["episode/return"] = sum(self.returns) / len(self.returns)
+            out["episode/length"] = sum(self.lengths) / len(self.lengths)
+            out["episode/fall_rate"] = sum(self.falls) / len(self.falls)
+            out["episode/count"] = float(len(self.returns))
+        if self.successes:
+            out["episode/success_rate"] = sum(self.successes) / len(self.successes)
+        if self.levels:
+            out["episode/terrain_level"] = sum(self.levels) / len(self.levels)
+        return out
+
+
+class RolloutCollector:
+    """Steps an env with a policy for ``num_steps`` per call and returns a ``Rollout``."""
+
+    def __init__(
+        self,
+        env,
+        actor: Actor,
+        critic: Critic | None,
+        num_steps: int,
+        *,
+        teachers: list[Teacher] | None = None,
+        stochastic: bool = True,
+        reward_groups: list[list[str]] | None = None,
+        amp_refs: tuple[str, str] | None = None,
+        recon_ref: str | None = None,
+    ):
+        self.env, self.actor, self.critic = env, actor, critic
+        self.num_steps = num_steps
+        self.teachers = teachers or []
+        self.stochastic = stochastic
+        self.reward_groups = reward_groups
+        if reward_groups:
+            names = list(env.reward_names)
+            unknown = [n for g in reward_groups for n in g if n not in names]
+            if unknown:
+                raise ValueError(f"reward groups name unknown reward terms {unknown}; the env has {names}")
+            self._group_matrix = torch.zeros(len(names), len(reward_groups))
+            for j, group in enumerate(reward_groups):
+                for name in group:
+                    self._group_matrix[names.index(name), j] = 1.0
+        self.amp_refs = parse_refs([amp_refs[0], amp_refs[1]]) if amp_refs else None
+        self.recon_ref = parse_refs([recon_ref])[0] if recon_ref else None
+        self.obs = env.reset()
+        self.memory = actor.initial_memory(env.num_envs)
+        self.teacher_memory = [t.actor.initial_memory(len(t.env_ids)) for t in self.teachers]
+        self.stats = EpisodeStats()
+        self.term_sums: dict[str, float] = {}
+        self.term_count = 0
+
+    def _values(self, obs) -> torch.Tensor:
+        if self.critic is None:
+            return torch.zeros(self.env.num_envs, 1)
+        return self.critic(self.critic.observe(obs))
+
+    def _group_rewards(self, result) -> torch.Tensor:
+        """[N, H]: total reward, or one column per reward group (sums of named terms, weighted, times dt)."""
+        if not self.reward_groups:
+            return result.reward[:, None]
+        per_term = result.info["weighted_terms"]  # [N, terms] in env.reward_names order
+        return per_term @ self._group_matrix
+
+    @torch.no_grad()
+    def collect(self) -> Rollout:
+        env, actor, T, N = self.env, self.actor, self.num_steps, self.env.num_envs
+        A = actor.num_actions
+        actor_obs, critic_obs, actions, log_probs, means, stds = [], [], [], [], [], []
+        values, rewards, terminated, truncated, final_values = [], [], [], [], []
+        frames, fresh, hidden, teacher_actions, recon, amp_obs, amp_next, progress = [], [], [], [], [], [], [], []
+        for _ in range(T):
+            obs = self.obs
+            frame = actor.observe(obs)
+            if self.memory.frames is not None:
+                frames.append(self.memory.frames.clone())
+                fresh.append(self.memory.fresh.clone())
+            if self.memory.hidden is not None:
+                hidden.append(self.memory.hidden.clone())
+            mean, self.memory, _ = actor.step(frame, self.memory)
+            dist = actor.dist(mean)
+            action = dist.sample() if self.stochastic else mean
+            log_probs.append(dist.log_prob(action))
+            means.append(mean)
+            stds.append(dist.std.expand_as(mean))
+            if self.teachers:
+                label = torch.zeros(N, A)
+                for k, teacher in enumerate(self.teachers):
+                    sub = {g: {t: v[teacher.env_ids] for t, v in terms.items()} for g, terms in obs.items()}
+                    t_mean, self.teacher_memory[k], _ = teacher.actor.step(
+                        teacher.actor.observe(sub), self.teacher_memory[k]
+                    )
+                    label[teacher.env_ids] = t_mean
+                teacher_actions.append(label)
+            if self.recon_ref is not None:
+                recon.append(gather(obs, [self.recon_ref]))
+            if self.amp_refs is not None:
+                amp_obs.append(gather(obs, [self.amp_refs[0]]))
+                progress.append(gather(obs, [self.amp_refs[1]])[:, 0])
+            c_obs = self.critic.observe(obs) if self.critic is not None else frame
+            value = self._values(obs)
+            result = env.step(action)
+            done = result.terminated | result.truncated
+            fv = torch.zeros_like(value)
+            if result.final_obs is not None and bool(result.truncated.any()):
+                fv = self._values(result.final_obs) * result.truncated[:, None].to(value.dtype)
+            if self.amp_refs is not None:
+                nxt = gather(result.obs, [self.amp_refs[0]])
+                if result.final_obs is not None and bool(done.any()):
+                    nxt = torch.where(done[:, None], gather(result.final_obs, [self.amp_refs[0]]), nxt)
+                amp_next.append(nxt)
+            actor_obs.append(frame)
+            critic_obs.append(c_obs)
+            actions.append(action)
+            values.append(value)
+            rewards.append(self._group_rewards(result))
+            terminated.append(result.terminated.clone())
+            truncated.append(result.truncated.clone())
+            final_values.append(fv)
+            if "episode" in result.info:
+                self.stats.add(result.info["episode"])
+            for name, v in result.info.get("reward_terms", {}).items():
+                self.term_sums[name] = self.term_sums.get(name, 0.0) + float(v)
+            self.term_count += 1
+            self.memory = self.memory.reset(done)
+            for k, teacher in enumerate(self.teachers):
+                self.teacher_memory[k] = self.teacher_memory[k].reset(done[teacher.env_ids])
+            self.obs = result.obs
+        last_values = self._values(self.obs)
+        stack = torch.stack
+        return Rollout(
+            actor_obs=stack(actor_obs),
+            critic_obs=stack(critic_obs),
+            actions=stack(actions),
+            log_probs=stack(log_probs),
+            means=stack(means),
+            stds=stack(stds),
+            values=stack(values),
+            rewards=stack(rewards),
+            terminated=stack(terminated),
+            truncated=stack(truncated),
+            final_values=stack(final_values),
+            last_values=last_values,
+            frames=stack(frames) if frames else None,
+            fresh=stack(fresh) if fresh else None,
+            hidden=stack(hidden) if hidden else None,
+            teacher_actions=stack(teacher_actions) if teacher_actions else None,
+            recon_targets=stack(recon) if recon else None,
+            amp_obs=stack(amp_obs) if amp_obs else None,
+            amp_phase=stack(progress) if progress else None,
+            extras={"amp_next": stack(amp_next)} if amp_next else {},
+        )
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Episode statistics and mean reward terms since the last call."""
+        out = self.stats.summary()
+        if self.term_count:
+            out.update({f"reward_terms/{k}": v / self.term_count for k, v in self.term_sums.items()})
+        self.stats.clear()
+        self.term_sums, self.term_count = {}, 0
+        return out
+
+    def memory_for_export(self) -> Memory:
+        return self.memory

@@ -1,0 +1,163 @@
+"""Configuration of a parkour env: robot, terrain, sensors, commands, task terms, randomisation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llp.config.schema import check, field
+from llp.sim.rewards import REWARD_TERMS, term_parameters
+from llp.sim.robot import RobotConfig
+from llp.sim.sensors import DepthCameraConfig, FootRaysConfig, HeightScanConfig
+from llp.sim.terrain import TerrainConfig
+
+OBSERVATION_TERMS = (
+    "proprio",  # base angular velocity, projected gravity, joint positions and velocities, last action
+    "command",  # (vx, vy, yaw rate)
+    "height_scan",  # terrain heights around the base
+    "foot_scan",  # terrain under each foot relative to the sole
+    "depth",  # flattened depth image, normalised to [0, 1]
+    "privileged",  # base velocity and height, foot contacts, randomised physics
+    "group_onehot",  # one-hot of the env's tile column (expert group)
+)
+
+
+@dataclass(kw_only=True)
+class CommandConfig:
+    """Velocity commands (base yaw frame), resampled per env."""
+
+    resample_s: float = field(default=5.0, doc="Seconds between command resamples (per env).")
+    lin_vel_x: tuple[float, float] = field(default=(-0.3, 0.8), doc="Forward speed range, m/s.")
+    lin_vel_y: tuple[float, float] = field(default=(-0.3, 0.3), doc="Lateral speed range, m/s.")
+    ang_vel_yaw: tuple[float, float] = field(default=(-0.8, 0.8), doc="Yaw rate range, rad/s (heading off).")
+    heading_command: bool = field(default=True, doc="Command a heading; the yaw rate follows the heading error.")
+    heading_stiffness: float = field(default=0.8, doc="Yaw rate per radian of heading error.")
+    standing_fraction: float = field(default=0.05, doc="Fraction of resamples that command standing still.")
+    goal_speed: tuple[float, float] = field(default=(0.4, 0.8), doc="Goal tiles: forward speed towards the goal.")
+
+    def validate(self, path: str) -> None:
+        check(self.resample_s > 0, f"{path}.resample_s", "must be positive")
+        for name in ("lin_vel_x", "lin_vel_y", "ang_vel_yaw", "goal_speed"):
+            lo, hi = getattr(self, name)
+            check(lo <= hi, f"{path}.{name}", f"lower bound {lo} exceeds upper bound {hi}")
+        check(0.0 <= self.standing_fraction <= 1.0, f"{path}.standing_fraction", "must be in [0, 1]")
+
+
+@dataclass(kw_only=True)
+class TermConfig:
+    """One weighted task term."""
+
+    weight: float = field(doc="Weight; rewards need >= 0, penalties <= 0.")
+    params: dict[str, Any] = field(default_factory=dict, doc="Keyword parameters of the term function.")
+
+
+@dataclass(kw_only=True)
+class TerminationConfig:
+    """When an episode ends: falls terminate, time limits and leaving the tile truncate."""
+
+    episode_length_s: float = field(default=20.0, doc="Time limit, seconds (a time-out is a truncation).")
+    max_tilt: float = field(default=1.0, doc="Base tilt beyond which the robot has fallen, radians.")
+    min_base_height: float = field(default=0.18, doc="Base height above the ground under it below which it fell, m.")
+    contact_threshold: float = field(default=1.0, doc="Force on a termination body that counts as a fall, N.")
+    goal_radius: float = field(default=0.3, doc="Goal tiles: distance to the goal that counts as reaching it, m.")
+
+    def validate(self, path: str) -> None:
+        check(self.episode_length_s > 0, f"{path}.episode_length_s", "must be positive")
+        check(0 < self.max_tilt <= math.pi, f"{path}.max_tilt", "must be in (0, pi]")
+
+
+@dataclass(kw_only=True)
+class RandomizationConfig:
+    """Domain randomisation, drawn per env at every reset."""
+
+    friction: tuple[float, float] | None = field(default=(0.5, 1.25), doc="Robot-ground friction range; null = off.")
+    added_mass: tuple[float, float] | None = field(default=(-1.0, 2.0), doc="Mass added to the base, kg; null = off.")
+    motor_strength: tuple[float, float] | None = field(
+        default=(0.9, 1.1), doc="Scale of every PD gain (kp and kv); null = off."
+    )
+    push_interval_s: float | None = field(default=8.0, doc="Seconds between random pushes; null = off.")
+    push_velocity: float = field(default=0.5, doc="Largest base velocity change of a push, m/s.")
+    init_joint_noise: float = field(default=0.05, doc="Uniform noise on initial joint positions, radians.")
+    spawn_jitter: float = field(default=0.3, doc="Uniform jitter of the spawn position, metres.")
+
+    def validate(self, path: str) -> None:
+        for name in ("friction", "added_mass", "motor_strength"):
+            rng = getattr(self, name)
+            if rng is not None:
+                check(rng[0] <= rng[1], f"{path}.{name}", f"lower bound {rng[0]} exceeds upper bound {rng[1]}")
+        if self.friction is not None:
+            check(self.friction[0] > 0, f"{path}.friction", "friction must be positive")
+        if self.motor_strength is not None:
+            check(self.motor_strength[0] > 0, f"{path}.motor_strength", "must be positive")
+        if self.push_interval_s is not None:
+            check(self.push_interval_s > 0, f"{path}.push_interval_s", "must be positive (or null for off)")
+
+
+@dataclass(kw_only=True)
+class CurriculumConfig:
+    """Terrain levels: promote envs that master their tile, demote those that fail."""
+
+    enabled: bool = field(default=True, doc="Move envs between levels at reset.")
+    initial_max_level: int = field(default=0, doc="Envs start at a random level in [0, initial_max_level].")
+
+
+@dataclass(kw_only=True)
+class EnvConfig:
+    """Everything that defines an env except how many envs run."""
+
+    robot: RobotConfig = field(doc="The robot (see conf/robot/).")
+    terrain: TerrainConfig = field(default_factory=TerrainConfig, doc="Tile grid and obstacle sizes.")
+    physics_dt: float = field(default=0.005, doc="Physics step, seconds (200 Hz).")
+    decimation: int = field(default=4, doc="Physics steps per policy step (50 Hz policy).")
+    action_clip: float = field(default=10.0, doc="Actions are clipped to +-action_clip before scaling.")
+    solver_iterations: int = field(default=6, doc="MuJoCo constraint solver iterations.")
+    height_scan: HeightScanConfig = field(default_factory=HeightScanConfig, doc="Height scan around the base.")
+    foot_rays: FootRaysConfig = field(default_factory=FootRaysConfig, doc="Rays under each foot.")
+    depth_camera: DepthCameraConfig = field(default_factory=DepthCameraConfig, doc="Chest depth camera.")
+    camera_envs: int | None = field(
+        default=None, doc="Envs (the first ones) that render depth when a group needs it; null = all."
+    )
+    observations: dict[str, list[str]] = field(
+        default_factory=lambda: {
+            "policy": ["proprio", "command", "height_scan"],
+            "critic": ["proprio", "command", "height_scan", "privileged"],
+        },
+        doc=f"Observation groups: name -> terms. Terms: {', '.join(OBSERVATION_TERMS)}.",
+    )
+    commands: CommandConfig = field(default_factory=CommandConfig, doc="Velocity commands.")
+    rewards: dict[str, TermConfig] = field(default_factory=dict, doc="Reward terms by name with weights.")
+    terminations: TerminationConfig = field(default_factory=TerminationConfig, doc="Episode ends.")
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig, doc="Domain randomisation.")
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig, doc="Terrain curriculum.")
+
+    @property
+    def policy_dt(self) -> float:
+        return self.physics_dt * self.decimation
+
+    def validate(self, path: str) -> None:
+        p = f"{path}." if path else ""
+        check(self.physics_dt > 0, f"{p}physics_dt", "must be positive")
+        check(self.decimation >= 1, f"{p}decimation", "must be >= 1")
+        check(self.solver_iterations >= 1, f"{p}solver_iterations", "must be >= 1")
+        check(self.camera_envs is None or self.camera_envs >= 0, f"{p}camera_envs", "must be >= 0 or null")
+        check(len(self.observations) > 0, f"{p}observations", "needs at least one group")
+        for group, terms in self.observations.items():
+            check(len(terms) > 0, f"{p}observations.{group}", "a group needs at least one term")
+            for i, term in enumerate(terms):
+                check(
+                    term in OBSERVATION_TERMS,
+                    f"{p}observations.{group}[{i}]",
+                    f"got {term!r}, allowed values: {', '.join(OBSERVATION_TERMS)}",
+                )
+        for name, term in self.rewards.items():
+            where = f"{p}rewards.{name}"
+            check(name in REWARD_TERMS, where, f"unknown reward term; allowed: {', '.join(sorted(REWARD_TERMS))}")
+            kind = REWARD_TERMS[name].kind
+            if kind == "penalty":
+                check(term.weight <= 0, f"{where}.weight", f"{name} is a penalty: its weight must be <= 0")
+            else:
+                check(term.weight >= 0, f"{where}.weight", f"{name} is a reward: its weight must be >= 0")
+            allowed = term_parameters(name)
+            for key in term.params:
+                check(key in allowed, f"{where}.params.{key}", f"unknown parameter; allowed: {sorted(allowed)}")

@@ -1,0 +1,155 @@
+"""Reward terms of the perceptive-locomotion task, each a small function of a ``TaskState``.
+
+A term returns one value per env, [N]; the env multiplies it by its configured
+weight and by the policy step dt and sums the terms. Terms are declared as
+rewards (weight must be >= 0) or penalties (weight must be <= 0), so a penalty
+configured with a positive weight is caught when the config loads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from llp.sim.task_state import TaskState
+
+
+def _wrap(angle: np.ndarray) -> np.ndarray:
+    return (angle + np.pi) % (2 * np.pi) - np.pi
+
+
+def lin_vel_tracking(s: TaskState, sigma: float = 0.25) -> np.ndarray:
+    """exp(-|v_xy - c_xy|^2 / sigma): Gaussian kernel in legged_gym's convention (sigma plays 2 std^2)."""
+    err = np.sum((s.command[:, :2] - s.base_lin_vel[:, :2]) ** 2, axis=1)
+    return np.exp(-err / sigma)
+
+
+def ang_vel_tracking(s: TaskState, sigma: float = 0.25) -> np.ndarray:
+    """exp(-(w_z - c_yaw)^2 / sigma)."""
+    err = (s.command[:, 2] - s.base_ang_vel[:, 2]) ** 2
+    return np.exp(-err / sigma)
+
+
+def upright(s: TaskState) -> np.ndarray:
+    """Cosine of the base tilt, clipped at 0: 1 upright, 0 lying or upside down."""
+    return np.minimum(np.maximum(-s.projected_gravity[:, 2], 0.0), 1.0)
+
+
+def velocity_slack(s: TaskState, low: float = 0.3, high: float = 1.5, min_command: float = 0.1) -> np.ndarray:
+    """1 when the speed along the command, over the command speed, lies in [low, high].
+
+    Sign-aware: moving against the command gives a negative ratio (no reward).
+    Gated: commands slower than ``min_command`` earn nothing (the ratio is meaningless).
+    """
+    cmd = s.command[:, :2]
+    speed2 = np.sum(cmd**2, axis=1)
+    gated = speed2 >= min_command**2
+    ratio = np.sum(s.base_lin_vel[:, :2] * cmd, axis=1) / np.where(gated, speed2, 1.0)
+    return (gated & (ratio >= low) & (ratio <= high)).astype(np.float64)
+
+
+def undesired_contact(s: TaskState, threshold: float = 1.0) -> np.ndarray:
+    """Number of non-foot bodies pressed against anything harder than ``threshold`` newtons."""
+    hits = (s.body_contact_force > threshold) & s.undesired_bodies[None, :]
+    return hits.sum(axis=1).astype(np.float64)
+
+
+def joint_limit(s: TaskState) -> np.ndarray:
+    """Radians beyond the soft joint limits, summed over joints."""
+    low, high = s.joint_soft_limits[:, 0], s.joint_soft_limits[:, 1]
+    below = np.maximum(low[None, :] - s.joint_pos, 0.0)
+    above = np.maximum(s.joint_pos - high[None, :], 0.0)
+    return (below + above).sum(axis=1)
+
+
+def illegal_footstep(s: TaskState, depth: float = 0.1, contact_threshold: float = 1.0) -> np.ndarray:
+    """Per contacting foot, the fraction of its rays whose ground lies more than ``depth`` below the sole; summed."""
+    below = (s.foot_pos[:, :, 2:3] - s.foot_ray_heights) > depth  # [N, F, K]
+    fraction = below.mean(axis=2)
+    contacting = s.foot_contact_force > contact_threshold
+    return (fraction * contacting).sum(axis=1)
+
+
+def heading_error(s: TaskState) -> np.ndarray:
+    """|commanded heading - base heading|, radians in [0, pi]."""
+    return np.abs(_wrap(s.heading_target - s.yaw))
+
+
+def opposite_direction(s: TaskState, min_command: float = 0.1) -> np.ndarray:
+    """1 when the base moves against a (non-tiny) commanded direction."""
+    cmd = s.command[:, :2]
+    moving_against = np.sum(s.base_lin_vel[:, :2] * cmd, axis=1) < 0.0
+    return (moving_against & (np.sum(cmd**2, axis=1) >= min_command**2)).astype(np.float64)
+
+
+def action_rate(s: TaskState) -> np.ndarray:
+    """|a_t - a_{t-1}|^2."""
+    return np.sum((s.actions - s.last_actions) ** 2, axis=1)
+
+
+class FootAcceleration:
+    """Accumulated excess foot acceleration: m <- alpha m + sum_feet max(|a_foot| - limit, 0).
+
+    alpha = exp(-dt / tau). The memory is per env and is cleared only for the envs
+    that reset: the env calls ``reset(ids)`` for them before their next step.
+    """
+
+    def __init__(self, num_envs: int, limit: float = 30.0, tau: float = 0.06):
+        self.limit, self.tau = limit, tau
+        self.memory = np.zeros(num_envs)
+
+    def reset(self, ids: np.ndarray) -> None:
+        self.memory[ids] = 0.0
+
+    def __call__(self, s: TaskState) -> np.ndarray:
+        alpha = math.exp(-s.dt / self.tau)
+        accel = np.linalg.norm(s.foot_vel - s.last_foot_vel, axis=2) / s.dt  # [N, F]
+        excess = np.maximum(accel - self.limit, 0.0).sum(axis=1)
+        self.memory = alpha * self.memory + excess
+        return self.memory.copy()
+
+
+@dataclass(frozen=True)
+class TermSpec:
+    """How a term is built and which sign its weight must have."""
+
+    kind: str  # "reward" (weight >= 0) or "penalty" (weight <= 0)
+    make: Callable[..., Callable[[TaskState], np.ndarray]]
+
+
+def _stateless(fn: Callable[..., np.ndarray]) -> Callable[..., Callable[[TaskState], np.ndarray]]:
+    def make(num_envs: int, **params: Any) -> Callable[[TaskState], np.ndarray]:
+        return lambda s: fn(s, **params)
+
+    make.__doc__ = fn.__doc__
+    make.fn = fn  # type: ignore[attr-defined]
+    return make
+
+
+REWARD_TERMS: dict[str, TermSpec] = {
+    "lin_vel_tracking": TermSpec("reward", _stateless(lin_vel_tracking)),
+    "ang_vel_tracking": TermSpec("reward", _stateless(ang_vel_tracking)),
+    "upright": TermSpec("reward", _stateless(upright)),
+    "velocity_slack": TermSpec("reward", _stateless(velocity_slack)),
+    "undesired_contact": TermSpec("penalty", _stateless(undesired_contact)),
+    "joint_limit": TermSpec("penalty", _stateless(joint_limit)),
+    "illegal_footstep": TermSpec("penalty", _stateless(illegal_footstep)),
+    "heading_error": TermSpec("penalty", _stateless(heading_error)),
+    "opposite_direction": TermSpec("penalty", _stateless(opposite_direction)),
+    "action_rate": TermSpec("penalty", _stateless(action_rate)),
+    "foot_acceleration": TermSpec("penalty", lambda num_envs, **p: FootAcceleration(num_envs, **p)),
+}
+
+
+def term_parameters(name: str) -> set[str]:
+    """Names of the parameters a term accepts (for config validation)."""
+    import inspect
+
+    make = REWARD_TERMS[name].make
+    fn = getattr(make, "fn", None)
+    target = fn if fn is not None else FootAcceleration.__init__
+    skip = {"s", "self", "num_envs"}
+    return {p for p in inspect.signature(target).parameters if p not in skip}

@@ -1,0 +1,36 @@
+"""The per-step quantities that reward and termination terms read, all numpy arrays over envs.
+
+The env fills one ``TaskState`` per step; tests build them by hand. Shapes use
+N = envs, J = actuated joints, F = feet (2), K = rays per foot, B = bodies with
+contact sensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class TaskState:
+    dt: float  # policy step, seconds
+    base_lin_vel: np.ndarray | None = None  # [N, 3] base linear velocity in the yaw-aligned base frame
+    base_ang_vel: np.ndarray | None = None  # [N, 3] base angular velocity, base frame
+    projected_gravity: np.ndarray | None = None  # [N, 3] unit gravity in the base frame (upright: [0, 0, -1])
+    yaw: np.ndarray | None = None  # [N] base heading, radians
+    command: np.ndarray | None = None  # [N, 3] commanded (vx, vy, yaw rate), base frame
+    heading_target: np.ndarray | None = None  # [N] commanded heading, radians
+    joint_pos: np.ndarray | None = None  # [N, J]
+    joint_soft_limits: np.ndarray | None = None  # [J, 2] lower/upper soft limits
+    actions: np.ndarray | None = None  # [N, J] this step's actions
+    last_actions: np.ndarray | None = None  # [N, J] the previous step's actions
+    foot_pos: np.ndarray | None = None  # [N, F, 3] sole positions, world frame
+    foot_vel: np.ndarray | None = None  # [N, F, 3] sole velocities, world frame
+    last_foot_vel: np.ndarray | None = None  # [N, F, 3] sole velocities one policy step earlier
+    foot_contact_force: np.ndarray | None = None  # [N, F] contact force magnitude on each foot, N
+    foot_ray_heights: np.ndarray | None = None  # [N, F, K] ground height under each foot ray, world z
+    body_contact_force: np.ndarray | None = None  # [N, B] contact force magnitude on each sensed body, N
+    undesired_bodies: np.ndarray | None = None  # [B] bool: bodies whose contact is penalised
+    termination_bodies: np.ndarray | None = None  # [B] bool: bodies whose contact ends the episode
+    base_height: np.ndarray | None = None  # [N] base height above the ground under it, metres
