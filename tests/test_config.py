@@ -1,0 +1,73 @@
+"""Bad configuration fails at load with a message naming the key and what is allowed."""
+
+import time
+
+import pytest
+
+from llp.config.files import env_config
+from llp.config.schema import ConfigError
+
+
+def error_of(overrides=None, **kw) -> str:
+    with pytest.raises(ConfigError) as info:
+        env_config(overrides=overrides, **kw)
+    return str(info.value)
+
+
+def test_default_configs_load():
+    cfg = env_config()
+    assert cfg.decimation == 4 and cfg.physics_dt == 0.005
+    assert cfg.rewards["foot_acceleration"].weight < 0
+
+
+def test_unknown_key_is_named_with_allowed_keys():
+    msg = error_of({"terrain": {"tile_lenght": 8.0}})
+    assert "terrain.tile_lenght" in msg and "tile_length" in msg
+
+
+def test_wrong_type_is_named():
+    msg = error_of({"decimation": "four"})
+    assert msg.startswith("decimation:") and "integer" in msg
+
+
+def test_penalty_with_positive_weight_is_rejected():
+    msg = error_of({"rewards": {"foot_acceleration": {"weight": 0.01}}})
+    assert "rewards.foot_acceleration.weight" in msg and "penalty" in msg
+
+
+def test_reward_with_negative_weight_is_rejected():
+    assert "must be >= 0" in error_of({"rewards": {"upright": {"weight": -1.0}}})
+
+
+def test_unknown_reward_term_lists_allowed_terms():
+    msg = error_of({"rewards": {"speed_bonus": {"weight": 1.0}}})
+    assert "rewards.speed_bonus" in msg and "lin_vel_tracking" in msg
+
+
+def test_unknown_term_parameter():
+    assert "rewards.upright.params.scale" in error_of({"rewards": {"upright": {"weight": 1.0, "params": {"scale": 2}}}})
+
+
+def test_unknown_tile_type_lists_allowed_values():
+    msg = error_of({"terrain": {"tile_types": ["flat", "lava"]}})
+    assert "terrain.tile_types[1]" in msg and "stepping_stones" in msg
+
+
+def test_impossible_value():
+    assert "terrain.num_levels" in error_of({"terrain": {"num_levels": 0}})
+    assert "commands.lin_vel_x" in error_of({"commands": {"lin_vel_x": [1.0, -1.0]}})
+
+
+def test_unknown_robot_lists_robots():
+    msg = error_of(robot="atlas")
+    assert "atlas" in msg and "lightbot0_like" in msg and "g1" in msg
+
+
+def test_unknown_observation_term():
+    assert "observations.policy[1]" in error_of({"observations": {"policy": ["proprio", "lidar"]}})
+
+
+def test_validation_is_fast():
+    t0 = time.perf_counter()
+    error_of({"decimation": -1})
+    assert time.perf_counter() - t0 < 1.0

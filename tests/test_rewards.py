@@ -1,0 +1,99 @@
+"""Each reward term on hand-made states, with values worked out by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from llp.sim import rewards as R
+from llp.sim.task_state import TaskState
+
+
+def state(**kw) -> TaskState:
+    return TaskState(dt=0.02, **{k: np.asarray(v, dtype=float) for k, v in kw.items()})
+
+
+def test_velocity_tracking_gaussian_kernel():
+    s = state(command=[[1.0, 0.0, 0.5], [0.5, 0.0, 0.0]], base_lin_vel=[[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]],
+              base_ang_vel=[[0, 0, 0.0], [0, 0, 0.5]])
+    assert np.allclose(R.lin_vel_tracking(s, sigma=0.25), [1.0, math.exp(-0.25 / 0.25)])
+    assert np.allclose(R.ang_vel_tracking(s, sigma=0.25), [math.exp(-0.25 / 0.25), math.exp(-0.25 / 0.25)])
+
+
+def test_upright():
+    s = state(projected_gravity=[[0, 0, -1.0], [0, math.sin(0.5), -math.cos(0.5)], [0, 0, 1.0]])
+    assert np.allclose(R.upright(s), [1.0, math.cos(0.5), 0.0])
+
+
+def test_velocity_slack_ratio_window_sign_and_gate():
+    cmd = [[1.0, 0, 0]] * 4 + [[0.05, 0, 0]]
+    vel = [[0.2, 0, 0], [0.3, 0, 0], [1.5, 0, 0], [-1.0, 0, 0], [0.05, 0, 0]]
+    s = state(command=cmd, base_lin_vel=vel)
+    # ratios 0.2 (slow), 0.3 (edge), 1.5 (edge), -1.0 (against), tiny command gated off
+    assert R.velocity_slack(s).tolist() == [0.0, 1.0, 1.0, 0.0, 0.0]
+
+
+def test_undesired_contact_counts_non_foot_bodies_over_threshold():
+    s = TaskState(dt=0.02, body_contact_force=np.array([[0.5, 2.0, 50.0, 3.0]]),
+                  undesired_bodies=np.array([True, True, False, True]))
+    assert R.undesired_contact(s, threshold=1.0).tolist() == [2.0]  # body 2 is a foot
+
+
+def test_joint_limit_sums_excess_beyond_soft_limits():
+    s = state(joint_pos=[[0.0, 1.2, -1.5]], joint_soft_limits=[[-1, 1], [-1, 1], [-1, 1]])
+    assert np.allclose(R.joint_limit(s), [0.2 + 0.5])
+
+
+def test_illegal_footstep_fraction_of_rays_over_a_drop():
+    # left foot planted at z=0 with 4 rays, 2 of them over a 0.5 m pit; right foot in the air over the pit
+    s = state(foot_pos=[[[0, 0, 0.0], [0, 0, 0.3]]],
+              foot_ray_heights=[[[0.0, 0.0, -0.5, -0.5], [-0.5, -0.5, -0.5, -0.5]]],
+              foot_contact_force=[[80.0, 0.0]])
+    assert np.allclose(R.illegal_footstep(s, depth=0.1), [0.5])
+    # 5 cm below the sole is not a drop
+    s.foot_ray_heights[:] = -0.05
+    assert np.allclose(R.illegal_footstep(s, depth=0.1), [0.0])
+
+
+def test_heading_error_wraps():
+    s = state(heading_target=[3.0, 0.5], yaw=[-3.0, 0.0])
+    assert np.allclose(R.heading_error(s), [2 * math.pi - 6.0, 0.5])
+
+
+def test_opposite_direction():
+    s = state(command=[[1, 0, 0], [1, 0, 0], [0.01, 0, 0]], base_lin_vel=[[-0.2, 0, 0], [0.2, 0, 0], [-1, 0, 0]])
+    assert R.opposite_direction(s).tolist() == [1.0, 0.0, 0.0]
+
+
+def test_action_rate():
+    s = state(actions=[[1.0, 2.0]], last_actions=[[0.0, 0.0]])
+    assert R.action_rate(s).tolist() == [5.0]
+
+
+def test_foot_acceleration_memory_is_per_env_and_cleared_only_on_reset():
+    term = R.FootAcceleration(num_envs=2, limit=30.0, tau=0.06)
+    term.memory[:] = [20.0, 40.0]
+    still = np.zeros((2, 2, 3))
+    term.reset(np.array([0]))  # only env 0 resets
+    out = term(state(foot_vel=still, last_foot_vel=still))
+    alpha = math.exp(-0.02 / 0.06)
+    assert np.allclose(out, [0.0, 40 * alpha])
+    assert math.isclose(out[1], 28.6613, abs_tol=1e-4)
+
+
+def test_foot_acceleration_adds_excess_over_limit_summed_over_feet():
+    term = R.FootAcceleration(num_envs=1, limit=30.0, tau=0.06)
+    last = np.zeros((1, 2, 3))
+    vel = np.array([[[1.0, 0, 0], [0.4, 0, 0]]])  # 50 m/s^2 and 20 m/s^2 over dt = 0.02
+    assert np.allclose(term(state(foot_vel=vel, last_foot_vel=last)), [20.0])
+
+
+def test_every_penalty_is_declared_as_one():
+    penalties = {n for n, t in R.REWARD_TERMS.items() if t.kind == "penalty"}
+    assert penalties == {"undesired_contact", "joint_limit", "illegal_footstep", "heading_error",
+                         "opposite_direction", "action_rate", "foot_acceleration"}
+
+
+@pytest.mark.parametrize("name", sorted(R.REWARD_TERMS))
+def test_term_parameters_are_introspectable(name):
+    assert isinstance(R.term_parameters(name), set)

@@ -1,0 +1,172 @@
+"""Simulator behaviour: sensors against known geometry, per-env resets, determinism, standing, second robot."""
+
+import numpy as np
+import pytest
+import torch
+
+from llp.config.files import env_config
+from llp.sim.env import ParkourEnv
+from llp.sim.sensors import DepthCamera, DepthCameraConfig
+
+QUIET = {"randomization": {"friction": None, "added_mass": None, "motor_strength": None, "push_interval_s": None,
+                           "init_joint_noise": 0.0, "spawn_jitter": 0.0},
+         "curriculum": {"enabled": False}}
+
+
+def make_env(num_envs=1, seed=0, **overrides) -> ParkourEnv:
+    from llp.config.schema import merge
+
+    return ParkourEnv(env_config(overrides=merge(QUIET, overrides)), num_envs, seed=seed)
+
+
+def test_height_scan_reads_a_060_box_and_flat_ground():
+    env = make_env(terrain={"tile_types": ["climb"], "num_levels": 1, "climb_heights": [0.60]})
+    tile = env.terrain.tiles[0]
+    box = tile.obstacles[0]
+    assert box.height == pytest.approx(0.60)
+    x_front = box.center[0] - box.depth / 2
+    base_x = x_front - 0.4  # scan reaches 0.8 m ahead: half of it over the box
+    env.set_base_pose(0, np.array([base_x, tile.origin[1], env.cfg.robot.base_height]), yaw=0.0)
+    scan = env.observe()["policy"]["height_scan"][0].numpy()
+    pts = env.scan_points
+    over_box = pts[:, 0] > 0.4 + 0.03
+    over_ground = pts[:, 0] < 0.4 - 0.03
+    assert over_box.sum() > 20 and over_ground.sum() > 100
+    assert np.allclose(scan[over_box], 0.60, atol=0.01)
+    assert np.allclose(scan[over_ground], 0.0, atol=0.01)
+
+
+def test_height_scan_follows_the_base_yaw():
+    env = make_env(terrain={"tile_types": ["climb"], "num_levels": 1, "climb_heights": [0.60]})
+    tile = env.terrain.tiles[0]
+    box = tile.obstacles[0]
+    x_front = box.center[0] - box.depth / 2
+    # facing away from the box (yaw = pi): the box is now behind, i.e. at negative scan x
+    env.set_base_pose(0, np.array([x_front - 0.4, tile.origin[1], env.cfg.robot.base_height]), yaw=np.pi)
+    scan = env.observe()["policy"]["height_scan"][0].numpy()
+    pts = env.scan_points
+    assert np.allclose(scan[pts[:, 0] < -0.43], 0.60, atol=0.01)
+    assert np.allclose(scan[pts[:, 0] > -0.37], 0.0, atol=0.01)
+
+
+@pytest.mark.parametrize("backend", ["heightmap", "mujoco"])
+def test_depth_rays_hit_known_geometry(backend):
+    env = make_env(terrain={"tile_types": ["climb"], "num_levels": 1, "climb_heights": [0.60]})
+    tile = env.terrain.tiles[0]
+    box = tile.obstacles[0]
+    cam = DepthCamera(DepthCameraConfig(backend=backend), env.scene.tile_models, env.terrain)
+    out = np.zeros((2, 36, 64))
+    x_front = box.center[0] - box.depth / 2
+    # camera 1: 1.0 m above flat ground looking straight down -> every pixel's z-depth is 1.0
+    down = np.eye(3)
+    # camera 2: 0.3 m high, 1.2 m before the box's face, looking along +x -> the face is at z-depth 1.2
+    forward = np.array([[0.0, 0.0, -1.0], [-1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    pos = np.array([[x_front - 2.0, tile.origin[1], 1.0], [x_front - 1.2, tile.origin[1], 0.3]])
+    cam.render(np.array([0, 0]), pos, np.stack([down, forward]), out)
+    tol = 1e-6 if backend == "mujoco" else 0.021  # the height grid has 2 cm cells
+    assert np.allclose(out[0], 1.0, atol=tol)
+    # pixels that look at the face: rows near the image centre (face spans z 0..0.6, camera at 0.3)
+    centre = out[1, 14:22, 20:44]
+    assert np.allclose(centre, 1.2, atol=tol)
+
+
+def _step_n(env, n, gen=None):
+    out = []
+    for _ in range(n):
+        a = torch.randn(env.num_envs, env.num_actions, generator=gen) * 0.3 if gen is not None else \
+            torch.zeros(env.num_envs, env.num_actions)
+        r = env.step(a)
+        out.append((r.obs["critic"]["proprio"].clone(), r.reward.clone(), r.terminated.clone()))
+    return out
+
+
+def test_same_seed_gives_identical_rollouts():
+    cfg = env_config()  # randomisation and curriculum on
+    a, b = ParkourEnv(cfg, 8, seed=3), ParkourEnv(cfg, 8, seed=3)
+    ra = _step_n(a, 60, torch.Generator().manual_seed(0))
+    rb = _step_n(b, 60, torch.Generator().manual_seed(0))
+    for (oa, wa, ta), (ob, wb, tb) in zip(ra, rb):
+        assert torch.equal(oa, ob) and torch.equal(wa, wb) and torch.equal(ta, tb)
+    c = ParkourEnv(cfg, 8, seed=4)
+    rc = _step_n(c, 5, torch.Generator().manual_seed(0))
+    assert not torch.equal(ra[4][0], rc[4][0])
+
+
+def test_reset_of_one_env_leaves_the_others_untouched():
+    cfg = env_config(overrides={"randomization": {"push_interval_s": None}})
+    a, b = ParkourEnv(cfg, 4, seed=1), ParkourEnv(cfg, 4, seed=1)
+    zeros = torch.zeros(4, a.num_actions)
+    for _ in range(5):
+        a.step(zeros)
+        b.step(zeros)
+    foot = b.reward_names.index("foot_acceleration")
+    # push env 2 of b off its tile: its next step is truncated and only it resets
+    x = b.qpos[2].copy()
+    b.set_base_pose(2, np.array([x[0] + 100.0, x[1], x[2]]))
+    ra, rb = a.step(zeros), b.step(zeros)
+    assert rb.truncated[2] and not bool((rb.terminated | rb.truncated)[[0, 1, 3]].any())
+    assert not bool((ra.terminated | ra.truncated).any())
+    others = [0, 1, 3]
+    assert np.array_equal(a.qpos[others], b.qpos[others])
+    assert np.array_equal(a.qvel[others], b.qvel[others])
+    assert np.array_equal(a.episode_length[others], b.episode_length[others])
+    assert np.array_equal(a.episode_count[others], b.episode_count[others])
+    assert np.array_equal(a.reward_fns[foot].memory[others], b.reward_fns[foot].memory[others])
+    assert b.episode_length[2] == 0 and b.episode_count[2] == 1 and a.episode_count[2] == 0
+    assert b.reward_fns[foot].memory[2] == 0.0
+
+
+def test_robot_holds_its_default_pose_for_one_second_on_flat_ground():
+    env = make_env(terrain={"tile_types": ["flat"], "num_levels": 1})
+    zeros = torch.zeros(1, env.num_actions)
+    for _ in range(50):  # 50 policy steps = 1 s
+        r = env.step(zeros)
+        assert not bool(r.terminated[0] or r.truncated[0])
+    s = env.state()
+    assert abs(float(s.base_height[0]) - env.cfg.robot.base_height) < 0.03
+    assert float(-s.projected_gravity[0, 2]) > 0.98
+    assert np.abs(s.joint_pos[0] - env.default_joint_pos).max() < 0.15
+
+
+def test_terminated_and_truncated_are_reported_separately_with_final_obs():
+    env = make_env(num_envs=2, terrain={"tile_types": ["flat"], "num_levels": 1},
+                   terminations={"episode_length_s": 0.1})
+    zeros = torch.zeros(2, env.num_actions)
+    for _ in range(4):
+        r = env.step(zeros)
+        assert not bool(r.terminated.any() or r.truncated.any())
+    r = env.step(zeros)  # 5 steps x 0.02 s = time limit
+    assert r.truncated.all() and not r.terminated.any()
+    assert r.final_obs is not None
+    # the final observation is the end state, the returned one the fresh start
+    assert not torch.equal(r.final_obs["policy"]["proprio"], r.obs["policy"]["proprio"])
+
+
+def test_second_robot_is_a_config_switch():
+    cfg = env_config(robot="g1")
+    env = ParkourEnv(cfg, 2, seed=0)
+    assert env.num_actions == 29
+    assert env.obs_dims()["policy"]["proprio"] == 6 + 3 * 29
+    zeros = torch.zeros(2, 29)
+    for _ in range(10):
+        r = env.step(zeros)
+    assert torch.isfinite(r.obs["policy"]["proprio"]).all()
+
+
+def test_terrain_tiles_know_their_geometry():
+    cfg = env_config(overrides={"terrain": {"tile_types": ["climb", "vault", "course_succession", "stepping_stones"],
+                                            "num_levels": 7}})
+    env_terrain = ParkourEnv(cfg, 1).terrain
+    climbs = [t.obstacles[0].height for t in env_terrain.tiles if t.type == "climb"]
+    assert climbs == pytest.approx([0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75])
+    vaults = sorted({t.obstacles[0].height for t in env_terrain.tiles if t.type == "vault"})
+    assert vaults == pytest.approx([0.40, 0.45, 0.50])
+    for t in env_terrain.tiles:
+        if t.type == "course_succession":
+            assert [o.kind for o in t.obstacles] == ["box", "platform"]
+            assert t.triggers == sorted(t.triggers) and len(t.triggers) == 2
+        assert t.goal is not None
+        for o in t.obstacles:
+            # the height grid agrees with the recorded obstacle height at the obstacle's centre
+            if o.kind in ("platform", "box"):
+                assert float(env_terrain.height_at(np.array(o.center[:2]))) == pytest.approx(o.height, abs=1e-6)
