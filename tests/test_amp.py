@@ -8,7 +8,8 @@ import torch.nn as nn
 
 from llp.config.schema import ConfigError, build
 from llp.learn.amp import AMP, AMPConfig, gradient_penalty, phase_weights
-from llp.learn.models import Actor, ActorConfig, Critic, CriticConfig
+from llp.learn.configs import ActorConfig, CriticConfig
+from llp.learn.models import Actor, Critic
 from llp.learn.ppo import PPO, PPOConfig
 from llp.learn.rollout import RolloutCollector
 from tests.toy_envs import Slider
@@ -78,10 +79,12 @@ def test_style_reward_enters_the_advantages():
     from llp.learn.gae import gae
 
     cfg = build(PPOConfig, {"num_steps": 16})
-    adv_without, _ = gae(ro.rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values,
-                         cfg.gamma, cfg.lam)
-    adv_with, _ = gae(ro.rewards + extra, ro.values, ro.last_values, ro.terminated, ro.truncated,
-                      ro.final_values, cfg.gamma, cfg.lam)
+    adv_without, _ = gae(
+        ro.rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values, cfg.gamma, cfg.lam
+    )
+    adv_with, _ = gae(
+        ro.rewards + extra, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values, cfg.gamma, cfg.lam
+    )
     assert not torch.allclose(adv_with, adv_without)
     # the PPO update consumes the same sum: its reported mean reward is the style reward's mean
     ppo = PPO(actor, critic, cfg)

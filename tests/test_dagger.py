@@ -14,8 +14,9 @@ class LinearTeacher(Actor):
     """A teacher whose action is a fixed linear function of its own observation: w . obs."""
 
     def __init__(self, dims, weights):
-        super().__init__(build(ActorConfig, {"obs": ["teacher/state"], "hidden_dims": [4], "normalize_obs": False}),
-                         dims, 1)
+        super().__init__(
+            build(ActorConfig, {"obs": ["teacher/state"], "hidden_dims": [4], "normalize_obs": False}), dims, 1
+        )
         self.w = torch.tensor(weights)
         self.calls = 0
 
@@ -48,8 +49,7 @@ def test_multi_expert_routing_labels_each_group_by_its_own_teacher():
     dims = env.obs_dims()
     a, b = LinearTeacher(dims, [1.0, 0.0]), LinearTeacher(dims, [0.0, 10.0])
     group_a, group_b = torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5])
-    collector = RolloutCollector(env, _student(dims), None, 5,
-                                 teachers=[Teacher(a, group_a), Teacher(b, group_b)])
+    collector = RolloutCollector(env, _student(dims), None, 5, teachers=[Teacher(a, group_a), Teacher(b, group_b)])
     ro = collector.collect()
     obs = ro.actor_obs
     assert torch.allclose(ro.teacher_actions[:, group_a, 0], obs[:, group_a, 0])

@@ -37,16 +37,32 @@ def test_no_advantage_flows_across_an_episode_boundary():
     # env ends at step 0 (termination); the reward at step 1 belongs to the next episode
     rewards = torch.tensor([[[0.0]], [[100.0]]])
     values = torch.zeros(2, 1, 1)
-    adv, _ = gae(rewards, values, torch.zeros(1, 1), torch.tensor([[True], [False]]),
-                 torch.tensor([[False], [False]]), torch.zeros(2, 1, 1), 0.9, 0.8)
+    adv, _ = gae(
+        rewards,
+        values,
+        torch.zeros(1, 1),
+        torch.tensor([[True], [False]]),
+        torch.tensor([[False], [False]]),
+        torch.zeros(2, 1, 1),
+        0.9,
+        0.8,
+    )
     assert float(adv[0, 0, 0]) == 0.0
     assert float(adv[1, 0, 0]) == 100.0
 
 
 def test_unfinished_rollout_bootstraps_from_last_values():
     rewards = torch.tensor([[[1.0]]])
-    adv, ret = gae(rewards, torch.tensor([[[0.0]]]), torch.tensor([[2.0]]), torch.tensor([[False]]),
-                   torch.tensor([[False]]), torch.zeros(1, 1, 1), 0.5, 1.0)
+    adv, ret = gae(
+        rewards,
+        torch.tensor([[[0.0]]]),
+        torch.tensor([[2.0]]),
+        torch.tensor([[False]]),
+        torch.tensor([[False]]),
+        torch.zeros(1, 1, 1),
+        0.5,
+        1.0,
+    )
     assert math.isclose(float(ret[0, 0, 0]), 1.0 + 0.5 * 2.0)
 
 

@@ -5,7 +5,8 @@ import torch
 
 from llp.config.schema import build
 from llp.learn.amp import AMP, AMPConfig
-from llp.learn.models import Actor, ActorConfig, Critic, CriticConfig
+from llp.learn.configs import ActorConfig, CriticConfig
+from llp.learn.models import Actor, Critic
 from llp.learn.ppo import PPO, PPOConfig
 from llp.learn.rollout import RolloutCollector, Teacher
 from llp.learn.runner import train
@@ -33,8 +34,9 @@ def test_ppo_solves_point_mass():
 
 class ScriptedTeacher(Actor):
     def __init__(self, dims):
-        super().__init__(build(ActorConfig, {"obs": ["teacher/state"], "hidden_dims": [4], "normalize_obs": False}),
-                         dims, 1)
+        super().__init__(
+            build(ActorConfig, {"obs": ["teacher/state"], "hidden_dims": [4], "normalize_obs": False}), dims, 1
+        )
 
     def step(self, frame, memory):
         return ScriptedExpertEnv.expert(frame[:, 0], frame[:, 1])[:, None], memory, None
@@ -53,10 +55,12 @@ def test_pure_dagger_copies_expert_on_states_it_never_visits():
     env = ScriptedExpertEnv(num_envs=64, start=3.0, seed=2)
     dims = env.obs_dims()
     student = Actor(build(ActorConfig, {"obs": ["policy/state"], "hidden_dims": [64, 64]}), dims, 1)
-    cfg = build(PPOConfig, {"num_steps": 40, "rl_coef": 0.0, "dagger_coef": 1.0, "learning_rate": 3e-3,
-                            "schedule": "fixed"})
-    collector = RolloutCollector(env, student, None, 40, teachers=[Teacher(ScriptedTeacher(dims), torch.arange(64))],
-                                 stochastic=False)
+    cfg = build(
+        PPOConfig, {"num_steps": 40, "rl_coef": 0.0, "dagger_coef": 1.0, "learning_rate": 3e-3, "schedule": "fixed"}
+    )
+    collector = RolloutCollector(
+        env, student, None, 40, teachers=[Teacher(ScriptedTeacher(dims), torch.arange(64))], stochastic=False
+    )
     train(collector, PPO(student, None, cfg), 120)
     # probe states far outside the expert's own distribution: |x| in [1, 3]
     x = torch.cat([torch.linspace(-3, -1, 50), torch.linspace(1, 3, 50)])
@@ -80,15 +84,24 @@ def _train_cue(gru_hidden: int) -> float:
     actor = Actor(build(ActorConfig, actor_cfg), dims, 1)
     teacher = Actor(build(ActorConfig, {"obs": ["teacher/cue"], "hidden_dims": [4], "normalize_obs": False}), dims, 1)
     teacher.step = lambda frame, memory: (frame[:, :1], memory, None)  # the privileged teacher says the cue
-    cfg = build(PPOConfig, {"num_steps": 16, "rl_coef": 0.0, "dagger_coef": 1.0, "learning_rate": 3e-3,
-                            "schedule": "fixed", "num_minibatches": 2})
-    collector = RolloutCollector(env, actor, None, 16, teachers=[Teacher(teacher, torch.arange(64))],
-                                 stochastic=False)
+    cfg = build(
+        PPOConfig,
+        {
+            "num_steps": 16,
+            "rl_coef": 0.0,
+            "dagger_coef": 1.0,
+            "learning_rate": 3e-3,
+            "schedule": "fixed",
+            "num_minibatches": 2,
+        },
+    )
+    collector = RolloutCollector(env, actor, None, 16, teachers=[Teacher(teacher, torch.arange(64))], stochastic=False)
     train(collector, PPO(actor, None, cfg), 60)
     # evaluate: sign of the action at steps after the cue disappeared vs. the cue
     env_eval = CueMemory(num_envs=128, horizon=8, seed=99)
-    eval_collector = RolloutCollector(env_eval, actor, None, 16, teachers=[Teacher(teacher, torch.arange(128))],
-                                      stochastic=False)
+    eval_collector = RolloutCollector(
+        env_eval, actor, None, 16, teachers=[Teacher(teacher, torch.arange(128))], stochastic=False
+    )
     ro = eval_collector.collect()
     cue = ro.teacher_actions[..., 0]
     later = (torch.arange(16) % 8 > 0)[:, None].expand(16, 128)
@@ -109,8 +122,12 @@ def test_amp_moves_policy_towards_reference_motion():
     dims = env.obs_dims()
     actor = Actor(build(ActorConfig, {"obs": ["policy/state"], "hidden_dims": [64, 64], "init_std": 0.3}), dims, 1)
     critic = Critic(build(CriticConfig, {"obs": ["policy/state"], "hidden_dims": [64, 64]}), dims)
-    amp = AMP(build(AMPConfig, {"hidden_dims": [64, 64], "style_coef": 10.0, "learning_rate": 3e-4}), 2,
-              [Slider.reference_transitions(8192)], dt=0.1)
+    amp = AMP(
+        build(AMPConfig, {"hidden_dims": [64, 64], "style_coef": 10.0, "learning_rate": 3e-4}),
+        2,
+        [Slider.reference_transitions(8192)],
+        dt=0.1,
+    )
     cfg = build(PPOConfig, {"num_steps": 50, "learning_rate": 1e-3, "entropy_coef": 0.0})
     collector = RolloutCollector(env, actor, critic, 50, amp_refs=("amp/features", "amp/progress"))
 

@@ -3,8 +3,9 @@
 import torch
 
 from llp.config.schema import build
+from llp.learn.configs import ActorConfig, CriticConfig
 from llp.learn.memory import Memory, stack_frames
-from llp.learn.models import Actor, ActorConfig, Critic, CriticConfig
+from llp.learn.models import Actor, Critic
 from llp.learn.ppo import PPO, PPOConfig
 from llp.learn.rollout import RolloutCollector
 from tests.toy_envs import CueMemory
@@ -21,8 +22,11 @@ def _actor(**kw) -> Actor:
 def test_recurrent_replay_reproduces_rollout_log_probs():
     env = CueMemory(num_envs=16, horizon=5)
     torch.manual_seed(1)
-    actor = Actor(build(ActorConfig, {"obs": ["policy/cue"], "hidden_dims": [32], "encoder_dims": [16],
-                                      "gru_hidden": 24}), env.obs_dims(), 1)
+    actor = Actor(
+        build(ActorConfig, {"obs": ["policy/cue"], "hidden_dims": [32], "encoder_dims": [16], "gru_hidden": 24}),
+        env.obs_dims(),
+        1,
+    )
     critic = Critic(build(CriticConfig, {"obs": ["teacher/cue"], "hidden_dims": [16]}), env.obs_dims())
     ppo = PPO(actor, critic, build(PPOConfig, {"num_steps": 12, "bptt_length": 4}))
     collector = RolloutCollector(env, actor, critic, 12)
@@ -39,8 +43,7 @@ def test_replay_without_initial_hidden_state_drifts():
     """The defect this guards against: replaying from zero hidden states changes the log-probabilities."""
     env = CueMemory(num_envs=8, horizon=5)
     torch.manual_seed(1)
-    actor = Actor(build(ActorConfig, {"obs": ["policy/cue"], "hidden_dims": [32], "gru_hidden": 24}),
-                  env.obs_dims(), 1)
+    actor = Actor(build(ActorConfig, {"obs": ["policy/cue"], "hidden_dims": [32], "gru_hidden": 24}), env.obs_dims(), 1)
     collector = RolloutCollector(env, actor, None, 8)
     collector.collect()
     ro = collector.collect()
@@ -100,8 +103,9 @@ def test_feedforward_replay_ratio_is_one():
 
     env = PointMass(num_envs=8)
     torch.manual_seed(0)
-    actor = Actor(build(ActorConfig, {"obs": ["policy/state"], "hidden_dims": [16], "num_frames": 3}),
-                  env.obs_dims(), 2)
+    actor = Actor(
+        build(ActorConfig, {"obs": ["policy/state"], "hidden_dims": [16], "num_frames": 3}), env.obs_dims(), 2
+    )
     collector = RolloutCollector(env, actor, None, 60)
     ro = collector.collect()
     ppo = PPO(actor, None, build(PPOConfig, {"num_steps": 60, "bptt_length": 60}))

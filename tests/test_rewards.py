@@ -14,8 +14,11 @@ def state(**kw) -> TaskState:
 
 
 def test_velocity_tracking_gaussian_kernel():
-    s = state(command=[[1.0, 0.0, 0.5], [0.5, 0.0, 0.0]], base_lin_vel=[[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]],
-              base_ang_vel=[[0, 0, 0.0], [0, 0, 0.5]])
+    s = state(
+        command=[[1.0, 0.0, 0.5], [0.5, 0.0, 0.0]],
+        base_lin_vel=[[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]],
+        base_ang_vel=[[0, 0, 0.0], [0, 0, 0.5]],
+    )
     assert np.allclose(R.lin_vel_tracking(s, sigma=0.25), [1.0, math.exp(-0.25 / 0.25)])
     assert np.allclose(R.ang_vel_tracking(s, sigma=0.25), [math.exp(-0.25 / 0.25), math.exp(-0.25 / 0.25)])
 
@@ -34,8 +37,11 @@ def test_velocity_slack_ratio_window_sign_and_gate():
 
 
 def test_undesired_contact_counts_non_foot_bodies_over_threshold():
-    s = TaskState(dt=0.02, body_contact_force=np.array([[0.5, 2.0, 50.0, 3.0]]),
-                  undesired_bodies=np.array([True, True, False, True]))
+    s = TaskState(
+        dt=0.02,
+        body_contact_force=np.array([[0.5, 2.0, 50.0, 3.0]]),
+        undesired_bodies=np.array([True, True, False, True]),
+    )
     assert R.undesired_contact(s, threshold=1.0).tolist() == [2.0]  # body 2 is a foot
 
 
@@ -46,9 +52,11 @@ def test_joint_limit_sums_excess_beyond_soft_limits():
 
 def test_illegal_footstep_fraction_of_rays_over_a_drop():
     # left foot planted at z=0 with 4 rays, 2 of them over a 0.5 m pit; right foot in the air over the pit
-    s = state(foot_pos=[[[0, 0, 0.0], [0, 0, 0.3]]],
-              foot_ray_heights=[[[0.0, 0.0, -0.5, -0.5], [-0.5, -0.5, -0.5, -0.5]]],
-              foot_contact_force=[[80.0, 0.0]])
+    s = state(
+        foot_pos=[[[0, 0, 0.0], [0, 0, 0.3]]],
+        foot_ray_heights=[[[0.0, 0.0, -0.5, -0.5], [-0.5, -0.5, -0.5, -0.5]]],
+        foot_contact_force=[[80.0, 0.0]],
+    )
     assert np.allclose(R.illegal_footstep(s, depth=0.1), [0.5])
     # 5 cm below the sole is not a drop
     s.foot_ray_heights[:] = -0.05
@@ -90,8 +98,15 @@ def test_foot_acceleration_adds_excess_over_limit_summed_over_feet():
 
 def test_every_penalty_is_declared_as_one():
     penalties = {n for n, t in R.REWARD_TERMS.items() if t.kind == "penalty"}
-    assert penalties == {"undesired_contact", "joint_limit", "illegal_footstep", "heading_error",
-                         "opposite_direction", "action_rate", "foot_acceleration"}
+    assert penalties == {
+        "undesired_contact",
+        "joint_limit",
+        "illegal_footstep",
+        "heading_error",
+        "opposite_direction",
+        "action_rate",
+        "foot_acceleration",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(R.REWARD_TERMS))

@@ -8,9 +8,17 @@ from llp.config.files import env_config
 from llp.sim.env import ParkourEnv
 from llp.sim.sensors import DepthCamera, DepthCameraConfig
 
-QUIET = {"randomization": {"friction": None, "added_mass": None, "motor_strength": None, "push_interval_s": None,
-                           "init_joint_noise": 0.0, "spawn_jitter": 0.0},
-         "curriculum": {"enabled": False}}
+QUIET = {
+    "randomization": {
+        "friction": None,
+        "added_mass": None,
+        "motor_strength": None,
+        "push_interval_s": None,
+        "init_joint_noise": 0.0,
+        "spawn_jitter": 0.0,
+    },
+    "curriculum": {"enabled": False},
+}
 
 
 def make_env(num_envs=1, seed=0, **overrides) -> ParkourEnv:
@@ -73,8 +81,11 @@ def test_depth_rays_hit_known_geometry(backend):
 def _step_n(env, n, gen=None):
     out = []
     for _ in range(n):
-        a = torch.randn(env.num_envs, env.num_actions, generator=gen) * 0.3 if gen is not None else \
-            torch.zeros(env.num_envs, env.num_actions)
+        a = (
+            torch.randn(env.num_envs, env.num_actions, generator=gen) * 0.3
+            if gen is not None
+            else torch.zeros(env.num_envs, env.num_actions)
+        )
         r = env.step(a)
         out.append((r.obs["critic"]["proprio"].clone(), r.reward.clone(), r.terminated.clone()))
     return out
@@ -129,8 +140,9 @@ def test_robot_holds_its_default_pose_for_one_second_on_flat_ground():
 
 
 def test_terminated_and_truncated_are_reported_separately_with_final_obs():
-    env = make_env(num_envs=2, terrain={"tile_types": ["flat"], "num_levels": 1},
-                   terminations={"episode_length_s": 0.1})
+    env = make_env(
+        num_envs=2, terrain={"tile_types": ["flat"], "num_levels": 1}, terminations={"episode_length_s": 0.1}
+    )
     zeros = torch.zeros(2, env.num_actions)
     for _ in range(4):
         r = env.step(zeros)
@@ -154,8 +166,11 @@ def test_second_robot_is_a_config_switch():
 
 
 def test_terrain_tiles_know_their_geometry():
-    cfg = env_config(overrides={"terrain": {"tile_types": ["climb", "vault", "course_succession", "stepping_stones"],
-                                            "num_levels": 7}})
+    cfg = env_config(
+        overrides={
+            "terrain": {"tile_types": ["climb", "vault", "course_succession", "stepping_stones"], "num_levels": 7}
+        }
+    )
     env_terrain = ParkourEnv(cfg, 1).terrain
     climbs = [t.obstacles[0].height for t in env_terrain.tiles if t.type == "climb"]
     assert climbs == pytest.approx([0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75])

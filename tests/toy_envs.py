@@ -176,8 +176,10 @@ class Slider(_Base):
 
     def _obs(self):
         feats = torch.stack([self.x, self.v], dim=1)
-        return {"policy": {"state": feats.clone()}, "amp": {"features": feats.clone(),
-                                                            "progress": self.t[:, None].float() * 0.1}}
+        return {
+            "policy": {"state": feats.clone()},
+            "amp": {"features": feats.clone(), "progress": self.t[:, None].float() * 0.1},
+        }
 
     def reset(self):
         return self._obs()
@@ -194,11 +196,13 @@ class Slider(_Base):
     def reference_transitions(n: int = 4096) -> torch.Tensor:
         """Transitions ((x, v), (x', v')) of the reference triangle wave at speed 1, dt 0.1."""
         phase = torch.rand(n) * 4.0
+
         def at(p):
             p = p % 4.0
             x = torch.where(p < 2.0, p - 1.0, 3.0 - p)
             v = torch.where(p < 2.0, torch.ones_like(p), -torch.ones_like(p))
             return torch.stack([x, v], dim=1)
+
         return torch.cat([at(phase), at(phase + 0.1)], dim=1)
 
 

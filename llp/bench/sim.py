@@ -53,8 +53,14 @@ def measure(env: ParkourEnv, steps: int, rounds: int = 10) -> tuple[float, float
     return n / t_phys, n / t_env
 
 
-def run(robot: str = "lightbot0_like", num_envs: int = 64, steps: int = 200, depth_steps: int = 40,
-        task: str = "locomotion", seed: int = 0) -> dict:
+def run(
+    robot: str = "lightbot0_like",
+    num_envs: int = 64,
+    steps: int = 200,
+    depth_steps: int = 40,
+    task: str = "locomotion",
+    seed: int = 0,
+) -> dict:
     torch.set_num_threads(1)
     cfg = env_config(task, robot)
     env = ParkourEnv(cfg, num_envs, seed=seed, threads=1)

@@ -14,42 +14,12 @@ with a zero-centred gradient penalty on reference samples, (w / 2) E ||grad D||^
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from rsl_rl.modules import MLP, EmpiricalNormalization
 
-from llp.config.schema import check, field
-
-
-@dataclass(kw_only=True)
-class AMPConfig:
-    """Adversarial motion prior."""
-
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 128], doc="Discriminator MLP hidden sizes.")
-    loss: str = field(default="bce", doc="'bce' (style reward softplus(logit)) or 'lsgan' (least squares).")
-    gradient_penalty: float = field(default=10.0, doc="Weight w of the zero-centred gradient penalty.")
-    style_coef: float = field(default=1.0, doc="Style reward weight (reward per step = style_coef * dt * style).")
-    learning_rate: float = field(default=1e-4, doc="Discriminator Adam learning rate.")
-    triggers: list[float] = field(
-        default_factory=list, doc="Progress values where the phase changes (strictly increasing); phases = len + 1."
-    )
-    hand_off: str = field(default="hard", doc="'hard' switch at a trigger or 'smooth' (logistic blend).")
-    smooth_width: float = field(default=0.2, doc="Width of the smooth hand-off, in progress units (metres).")
-    reward_group: int = field(default=0, doc="Reward group (value head) the style reward is added to.")
-    num_minibatches: int = field(default=4, doc="Discriminator minibatches per iteration.")
-
-    def validate(self, path: str) -> None:
-        p = f"{path}." if path else ""
-        check(self.loss in ("bce", "lsgan"), f"{p}loss", "allowed values: 'bce', 'lsgan'")
-        check(self.hand_off in ("hard", "smooth"), f"{p}hand_off", "allowed values: 'hard', 'smooth'")
-        check(self.gradient_penalty >= 0, f"{p}gradient_penalty", "must be >= 0")
-        check(self.smooth_width > 0, f"{p}smooth_width", "must be positive")
-        for i in range(1, len(self.triggers)):
-            check(self.triggers[i] > self.triggers[i - 1], f"{p}triggers",
-                  f"trigger positions must be strictly increasing, got {self.triggers}")
+from llp.learn.configs import AMPConfig
 
 
 class Discriminator(nn.Module):
@@ -100,8 +70,9 @@ class AMP:
     def __init__(self, cfg: AMPConfig, feature_dim: int, references: list[torch.Tensor], dt: float):
         """``references``: one tensor of reference transitions [M, 2F] per phase."""
         if len(references) != len(cfg.triggers) + 1:
-            raise ValueError(f"{len(cfg.triggers)} triggers need {len(cfg.triggers) + 1} reference sets, "
-                             f"got {len(references)}")
+            raise ValueError(
+                f"{len(cfg.triggers)} triggers need {len(cfg.triggers) + 1} reference sets, got {len(references)}"
+            )
         self.cfg, self.dt = cfg, dt
         self.references = references
         self.discriminators = nn.ModuleList([Discriminator(feature_dim, cfg.hidden_dims) for _ in references])
@@ -150,8 +121,9 @@ class AMP:
                 refb = ref[torch.randint(len(ref), (len(pol),))]
                 d_ref, d_pol = disc(refb), disc(pol)
                 if self.cfg.loss == "bce":
-                    loss = F.binary_cross_entropy_with_logits(d_ref, torch.ones_like(d_ref)) + \
-                        F.binary_cross_entropy_with_logits(d_pol, torch.zeros_like(d_pol))
+                    loss = F.binary_cross_entropy_with_logits(
+                        d_ref, torch.ones_like(d_ref)
+                    ) + F.binary_cross_entropy_with_logits(d_pol, torch.zeros_like(d_pol))
                 else:
                     loss = ((d_ref - 1) ** 2).mean() + ((d_pol + 1) ** 2).mean()
                 gp = gradient_penalty(disc, refb, self.cfg.gradient_penalty)

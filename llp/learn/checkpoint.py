@@ -31,8 +31,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
-def save_checkpoint(path: str | Path, learner, iteration: int, *, amp=None, history: list | None = None,
-                    extra: dict | None = None) -> Path:
+def save_checkpoint(
+    path: str | Path, learner, iteration: int, *, amp=None, history: list | None = None, extra: dict | None = None
+) -> Path:
     """Write a checkpoint atomically (a crash mid-write never leaves a truncated file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

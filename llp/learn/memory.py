@@ -22,7 +22,7 @@ class Memory:
     fresh: torch.Tensor | None = None
     hidden: torch.Tensor | None = None
 
-    def index(self, ids) -> "Memory":
+    def index(self, ids) -> Memory:
         """The memory of envs ``ids`` (hidden is indexed along its env axis, dim 1)."""
         return Memory(
             frames=None if self.frames is None else self.frames[ids],
@@ -30,21 +30,21 @@ class Memory:
             hidden=None if self.hidden is None else self.hidden[:, ids],
         )
 
-    def detach(self) -> "Memory":
+    def detach(self) -> Memory:
         return Memory(
             frames=None if self.frames is None else self.frames.detach(),
             fresh=self.fresh,
             hidden=None if self.hidden is None else self.hidden.detach(),
         )
 
-    def clone(self) -> "Memory":
+    def clone(self) -> Memory:
         return Memory(
             frames=None if self.frames is None else self.frames.clone(),
             fresh=None if self.fresh is None else self.fresh.clone(),
             hidden=None if self.hidden is None else self.hidden.clone(),
         )
 
-    def reset(self, done: torch.Tensor) -> "Memory":
+    def reset(self, done: torch.Tensor) -> Memory:
         """Memory with envs where ``done`` [N] is true cleared; other envs are untouched."""
         frames, fresh, hidden = self.frames, self.fresh, self.hidden
         if fresh is not None:

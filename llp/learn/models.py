@@ -15,62 +15,15 @@ recurrent actor is assembled here from the same parts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 from rsl_rl.modules import MLP, EmpiricalNormalization
 from rsl_rl.modules.distribution import GaussianDistribution
 
-from llp.config.schema import check, field
+from llp.learn.configs import ActorConfig, CriticConfig
 from llp.learn.memory import Memory, stack_frames
 
 TermRef = tuple[str, str]  # (observation group, term)
-
-
-@dataclass(kw_only=True)
-class ActorConfig:
-    """Policy network."""
-
-    obs: list[str] = field(doc="Observation terms as 'group/term' (e.g. 'policy/proprio'), concatenated in order.")
-    hidden_dims: list[int] = field(default_factory=lambda: [512, 256, 128], doc="MLP hidden sizes (after the GRU).")
-    activation: str = field(default="elu", doc="Activation function.")
-    num_frames: int = field(default=1, doc="Frames stacked per step (the paper's teachers: 5).")
-    encoder_dims: list[int] = field(default_factory=list, doc="MLP before the GRU; empty = no encoder.")
-    gru_hidden: int = field(default=0, doc="GRU hidden size; 0 = feed-forward policy.")
-    gru_layers: int = field(default=1, doc="GRU layers.")
-    init_std: float = field(default=1.0, doc="Initial action standard deviation.")
-    normalize_obs: bool = field(default=True, doc="Running observation normalisation (saved with the policy).")
-    reconstruct: str | None = field(default=None, doc="'group/term' the decoder reconstructs from the GRU state.")
-    decoder_dims: list[int] = field(default_factory=lambda: [256, 256], doc="Decoder hidden sizes.")
-
-    def validate(self, path: str) -> None:
-        check(len(self.obs) > 0, f"{path}.obs", "needs at least one observation term")
-        for i, ref in enumerate(self.obs):
-            check(ref.count("/") == 1, f"{path}.obs[{i}]", f"expected 'group/term', got {ref!r}")
-        check(self.num_frames >= 1, f"{path}.num_frames", "must be >= 1")
-        check(self.gru_hidden >= 0, f"{path}.gru_hidden", "must be >= 0")
-        check(self.init_std > 0, f"{path}.init_std", "must be positive")
-        check(
-            self.reconstruct is None or self.gru_hidden > 0,
-            f"{path}.reconstruct",
-            "reconstruction decodes the recurrent state: set gru_hidden > 0",
-        )
-
-
-@dataclass(kw_only=True)
-class CriticConfig:
-    """Value network (asymmetric: reads its own observation terms)."""
-
-    obs: list[str] = field(doc="Observation terms as 'group/term'.")
-    hidden_dims: list[int] = field(default_factory=lambda: [512, 256, 128], doc="MLP hidden sizes.")
-    activation: str = field(default="elu", doc="Activation function.")
-    num_heads: int = field(default=1, doc="Value heads, one per reward group.")
-    normalize_obs: bool = field(default=True, doc="Running observation normalisation.")
-
-    def validate(self, path: str) -> None:
-        check(len(self.obs) > 0, f"{path}.obs", "needs at least one observation term")
-        check(self.num_heads >= 1, f"{path}.num_heads", "must be >= 1")
 
 
 def parse_refs(refs: list[str]) -> list[TermRef]:
@@ -130,8 +83,13 @@ class Actor(nn.Module):
         in_dim = self.obs_dim * cfg.num_frames
         if self.is_recurrent:
             if cfg.encoder_dims:
-                self.encoder = MLP(in_dim, cfg.encoder_dims[-1], cfg.encoder_dims[:-1] or [cfg.encoder_dims[-1]],
-                                   cfg.activation, last_activation=cfg.activation)
+                self.encoder = MLP(
+                    in_dim,
+                    cfg.encoder_dims[-1],
+                    cfg.encoder_dims[:-1] or [cfg.encoder_dims[-1]],
+                    cfg.activation,
+                    last_activation=cfg.activation,
+                )
                 gru_in = cfg.encoder_dims[-1]
             else:
                 self.encoder = nn.Identity()
@@ -190,7 +148,7 @@ class Actor(nn.Module):
         Gives exactly what ``step`` gives when called T times with resets after done steps.
         """
         T = frames.shape[0]
-        means, latents = [], []
+        latents: list[torch.Tensor] = []
         if not self.is_recurrent:
             # feed-forward: only the frame history carries over; stack per step, then one batched MLP pass
             stacks = []

@@ -20,64 +20,15 @@ Gaussian distribution) come from rsl_rl.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 
-from llp.config.schema import check, field
+from llp.learn.configs import PPOConfig
 from llp.learn.dagger import dagger_loss, sample_weights
 from llp.learn.gae import combine_advantages, gae
 from llp.learn.memory import Memory
 from llp.learn.models import Actor, Critic
 from llp.learn.storage import Rollout
-
-
-@dataclass(kw_only=True)
-class PPOConfig:
-    """PPO / DAgger learning rule (per-iteration sizes and coefficients)."""
-
-    num_steps: int = field(default=24, doc="Steps per env per iteration (rollout length).")
-    num_epochs: int = field(default=5, doc="Passes over each rollout.")
-    num_minibatches: int = field(default=4, doc="Minibatches per pass.")
-    clip: float = field(default=0.2, doc="Surrogate and value clipping range.")
-    gamma: float = field(default=0.99, doc="Discount.")
-    lam: float = field(default=0.95, doc="GAE lambda.")
-    value_coef: float = field(default=1.0, doc="Weight of the value loss.")
-    entropy_coef: float = field(default=0.005, doc="Weight of the entropy bonus.")
-    learning_rate: float = field(default=1e-3, doc="Initial Adam learning rate.")
-    schedule: str = field(default="adaptive", doc="'adaptive' (KL-driven) or 'fixed' learning rate.")
-    desired_kl: float = field(default=0.01, doc="Target KL for the adaptive schedule.")
-    max_grad_norm: float = field(default=1.0, doc="Gradient norm clip.")
-    advantage_weights: list[float] = field(
-        default_factory=lambda: [1.0], doc="Weight of each reward group's normalised advantage (one per value head)."
-    )
-    rl_coef: float = field(default=1.0, doc="lambda_RL: weight of the PPO loss (0 = pure DAgger).")
-    dagger_coef: float = field(default=0.0, doc="Weight of the DAgger loss (needs teachers).")
-    balance_groups: bool = field(default=False, doc="DAgger: weight each expert group equally (see dagger.py).")
-    recon_coef: float = field(default=0.0, doc="Weight of the reconstruction loss (needs a decoder).")
-    bptt_length: int | None = field(
-        default=None, doc="Truncated BPTT window for recurrent actors (divides num_steps); null = the whole rollout."
-    )
-
-    def validate(self, path: str) -> None:
-        p = f"{path}." if path else ""
-        check(self.num_steps >= 1, f"{p}num_steps", "must be >= 1")
-        check(self.num_epochs >= 1, f"{p}num_epochs", "must be >= 1")
-        check(self.num_minibatches >= 1, f"{p}num_minibatches", "must be >= 1")
-        check(0 < self.gamma <= 1, f"{p}gamma", "must be in (0, 1]")
-        check(0 <= self.lam <= 1, f"{p}lam", "must be in [0, 1]")
-        check(self.learning_rate > 0, f"{p}learning_rate", "must be positive")
-        check(self.schedule in ("adaptive", "fixed"), f"{p}schedule", "allowed values: 'adaptive', 'fixed'")
-        check(self.rl_coef >= 0 and self.dagger_coef >= 0, f"{p}rl_coef", "coefficients must be >= 0")
-        check(self.rl_coef > 0 or self.dagger_coef > 0, f"{p}rl_coef", "rl_coef and dagger_coef cannot both be 0")
-        if self.bptt_length is not None:
-            check(self.bptt_length >= 1 and self.num_steps % self.bptt_length == 0, f"{p}bptt_length",
-                  f"must divide num_steps ({self.num_steps})")
-
-    @property
-    def window(self) -> int:
-        return self.bptt_length or self.num_steps
 
 
 class PPO:
@@ -117,7 +68,7 @@ class PPO:
     def evaluate(self, ro: Rollout, batch) -> dict[str, torch.Tensor]:
         """Re-run the actor (and critic) on a minibatch; returns flat tensors over its samples."""
         kind, idx = batch
-        T, N = ro.num_steps, ro.num_envs
+        N = ro.num_envs
         out: dict[str, torch.Tensor] = {}
         if kind == "flat":
             t, e = idx // N, idx % N
@@ -133,9 +84,7 @@ class PPO:
             for s, envs in starts.items():
                 envs_t = torch.tensor(envs)
                 memory = ro.memory_at(s, envs_t)
-                mean, latent = self.actor.sequence(
-                    ro.actor_obs[s : s + L, envs_t], memory, ro.dones[s : s + L, envs_t]
-                )
+                mean, latent = self.actor.sequence(ro.actor_obs[s : s + L, envs_t], memory, ro.dones[s : s + L, envs_t])
                 means.append(mean.reshape(-1, mean.shape[-1]))
                 if latent is not None:
                     latents.append(latent.reshape(-1, latent.shape[-1]))
@@ -156,8 +105,9 @@ class PPO:
         before GAE."""
         cfg = self.cfg
         rewards = ro.rewards if extra_rewards is None else ro.rewards + extra_rewards
-        adv, returns = gae(rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values,
-                           cfg.gamma, cfg.lam)
+        adv, returns = gae(
+            rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values, cfg.gamma, cfg.lam
+        )
         advantages = combine_advantages(adv, self.weights)
         groups = None
         if self.env_groups is not None:
@@ -199,9 +149,13 @@ class PPO:
             entropy = dist.entropy.mean()
             old_mean, old_std = ro.means[t, e], ro.stds[t, e]
             with torch.no_grad():
-                kl = torch.distributions.kl_divergence(
-                    torch.distributions.Normal(old_mean, old_std), torch.distributions.Normal(mean, dist.std)
-                ).sum(-1).mean()
+                kl = (
+                    torch.distributions.kl_divergence(
+                        torch.distributions.Normal(old_mean, old_std), torch.distributions.Normal(mean, dist.std)
+                    )
+                    .sum(-1)
+                    .mean()
+                )
                 self._adapt_lr(float(kl))
             ratio = torch.exp(log_prob - ro.log_probs[t, e])
             adv = advantages[t, e]
@@ -214,8 +168,12 @@ class PPO:
                 rl = rl + cfg.value_coef * value_loss
                 out["value"] = value_loss.detach()
             loss = loss + cfg.rl_coef * rl
-            out.update(surrogate=surrogate.detach(), entropy=entropy.detach(), kl=kl,
-                       ratio_deviation=(ratio - 1).abs().mean().detach())
+            out.update(
+                surrogate=surrogate.detach(),
+                entropy=entropy.detach(),
+                kl=kl,
+                ratio_deviation=(ratio - 1).abs().mean().detach(),
+            )
         if cfg.dagger_coef > 0:
             if ro.teacher_actions is None:
                 raise ValueError("dagger_coef > 0 but the rollout has no teacher labels (attach teachers)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from llp.learn.amp import AMP
 from llp.learn.ppo import PPO

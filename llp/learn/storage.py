@@ -61,22 +61,25 @@ class Rollout:
         frames = self.actor_obs[:, :, None, :]
         if self.frames is None:
             return frames
-        history = torch.where(self.fresh[..., None, None], frames.expand_as(self.frames[..., :1, :]).expand(
-            -1, -1, self.frames.shape[2], -1), self.frames)
+        history = torch.where(
+            self.fresh[..., None, None],
+            frames.expand_as(self.frames[..., :1, :]).expand(-1, -1, self.frames.shape[2], -1),
+            self.frames,
+        )
         return torch.cat([history, frames], dim=2)
 
     @property
     def dones(self) -> torch.Tensor:
         return self.terminated | self.truncated
 
-    def to(self, device: str) -> "Rollout":
+    def to(self, device: str) -> Rollout:
         out = {}
         for k, v in self.__dict__.items():
             out[k] = v.to(device) if isinstance(v, torch.Tensor) else v
         return Rollout(**out)
 
     @staticmethod
-    def concat_envs(parts: list["Rollout"]) -> "Rollout":
+    def concat_envs(parts: list[Rollout]) -> Rollout:
         """Join rollouts of several simulators along the env axis."""
         first = parts[0]
         out = {}

@@ -401,7 +401,6 @@ class ParkourEnv:
         sel = slice(None) if ids is None else ids
         needed = {t for terms in self.groups.values() for t in terms}
         n = self.num_envs
-        buf = self._obs_buf
         qvel = self.qvel[sel]
         if "proprio" in needed:
             parts = [

@@ -14,16 +14,21 @@ from llp.config.files import env_config  # noqa: E402
 from llp.sim.terrain import TILE_TYPES, generate_terrain  # noqa: E402
 
 
-def render_terrain(out: str | Path, task: str = "locomotion", tile_types: list[str] | None = None,
-                   seed: int = 0, num_levels: int = 5) -> Path:
+def render_terrain(
+    out: str | Path, task: str = "locomotion", tile_types: list[str] | None = None, seed: int = 0, num_levels: int = 5
+) -> Path:
     """Top view of the tile grid (height as colour) with spawn points, goals and obstacle outlines."""
     types = list(tile_types) if tile_types else list(TILE_TYPES)
     cfg = env_config(task, overrides={"terrain": {"tile_types": types, "num_levels": num_levels}}).terrain
     terrain = generate_terrain(cfg, seed)
     h = terrain.heights
     ny, nx = h.shape
-    extent = (terrain.origin[0], terrain.origin[0] + nx * terrain.resolution,
-              terrain.origin[1], terrain.origin[1] + ny * terrain.resolution)
+    extent = (
+        terrain.origin[0],
+        terrain.origin[0] + nx * terrain.resolution,
+        terrain.origin[1],
+        terrain.origin[1] + ny * terrain.resolution,
+    )
     fig, ax = plt.subplots(figsize=(max(8, len(types) * 1.6), 8))
     im = ax.imshow(h, origin="lower", extent=extent, cmap="terrain", vmin=-cfg.pit_depth, vmax=0.8)
     fig.colorbar(im, ax=ax, label="ground height (m)", shrink=0.7)
@@ -34,11 +39,19 @@ def render_terrain(out: str | Path, task: str = "locomotion", tile_types: list[s
         for trigger in tile.triggers:
             ax.plot([trigger, trigger], [tile.origin[1] - 1, tile.origin[1] + 1], color="yellow", lw=0.8)
     for col, name in enumerate(types):
-        ax.text((col + 0.5) * cfg.tile_length, -cfg.border * 0.5, name, ha="center", va="center", fontsize=8,
-                rotation=20)
+        ax.text(
+            (col + 0.5) * cfg.tile_length, -cfg.border * 0.5, name, ha="center", va="center", fontsize=8, rotation=20
+        )
     for level in range(cfg.num_levels):
-        ax.text(-cfg.border * 0.5, (level + 0.5) * cfg.tile_width, f"level {level}", ha="center", va="center",
-                fontsize=8, rotation=90)
+        ax.text(
+            -cfg.border * 0.5,
+            (level + 0.5) * cfg.tile_width,
+            f"level {level}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            rotation=90,
+        )
     ax.set_xlabel("x (m): direction of travel")
     ax.set_ylabel("y (m)")
     ax.set_title("Terrain tiles (columns: type, rows: curriculum level); o spawn, * goal, | phase triggers")
@@ -49,8 +62,9 @@ def render_terrain(out: str | Path, task: str = "locomotion", tile_types: list[s
     return out
 
 
-def render_depth(out: str | Path, task: str = "locomotion", tile_type: str = "climb", seed: int = 0,
-                 level: int = 4) -> Path:
+def render_depth(
+    out: str | Path, task: str = "locomotion", tile_type: str = "climb", seed: int = 0, level: int = 4
+) -> Path:
     """The chest camera's depth image for a robot standing at the spawn of a ``tile_type`` tile."""
     import torch  # noqa: F401  (the env returns torch tensors)
 
@@ -81,8 +95,13 @@ def render_depth(out: str | Path, task: str = "locomotion", tile_type: str = "cl
     profile = env.terrain.height_at(np.stack([xs, np.full_like(xs, tile.spawn[1])], axis=1))
     axes[1].fill_between(xs - x, -cfg.terrain.pit_depth, profile, color="0.6")
     axes[1].plot([0], [cfg.robot.base_height + ground], "o", color="tab:blue", label="robot base")
-    axes[1].axvline(cfg.depth_camera.far * np.cos(np.pi / 4), color="tab:purple", lw=0.8, ls="--",
-                    label="far clip along the optical axis")
+    axes[1].axvline(
+        cfg.depth_camera.far * np.cos(np.pi / 4),
+        color="tab:purple",
+        lw=0.8,
+        ls="--",
+        label="far clip along the optical axis",
+    )
     axes[1].set_xlabel("x from the robot (m)")
     axes[1].set_ylabel("height (m)")
     axes[1].set_title("terrain profile ahead")

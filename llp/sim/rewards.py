@@ -9,8 +9,9 @@ configured with a positive weight is caught when the config loads.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

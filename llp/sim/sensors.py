@@ -168,17 +168,35 @@ class DepthCamera:
             grid = t.heights if t.heights.dtype == np.float32 else t.heights.astype(np.float32)
             dist = np.empty((n, len(self.dirs_cam)))
             _raycast.cast(
-                np.ascontiguousarray(grid), grid.shape[1], grid.shape[0], t.origin[0], t.origin[1], t.resolution,
-                np.ascontiguousarray(cam_pos, dtype=np.float64), np.ascontiguousarray(world_dirs), len(self.dirs_cam),
-                far, dist,
+                np.ascontiguousarray(grid),
+                grid.shape[1],
+                grid.shape[0],
+                t.origin[0],
+                t.origin[1],
+                t.resolution,
+                np.ascontiguousarray(cam_pos, dtype=np.float64),
+                np.ascontiguousarray(world_dirs),
+                len(self.dirs_cam),
+                far,
+                dist,
             )
             np.clip(dist * self.axial[None, :], near, far, out=flat)
             return
         for i, tile in enumerate(tile_ids):
             vec = np.ascontiguousarray(world_dirs[i]).reshape(-1)
             mujoco.mj_multiRay(
-                self._models[tile], self._datas[tile], cam_pos[i], vec, self._group, 1, -1,
-                self._geom, self._dist, None, len(self._dist), far,
+                self._models[tile],
+                self._datas[tile],
+                cam_pos[i],
+                vec,
+                self._group,
+                1,
+                -1,
+                self._geom,
+                self._dist,
+                None,
+                len(self._dist),
+                far,
             )
             depth = np.where(self._dist < 0, far, self._dist * self.axial)
             flat[i] = np.clip(depth, near, far)

@@ -11,7 +11,8 @@ cannot drift apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 
 import numpy as np
 
@@ -220,6 +221,7 @@ class Terrain:
         ix = np.minimum(np.maximum(np.floor((xy[..., 0] - self.origin[0]) * inv).astype(np.int64) + 1, 0), nx - 1)
         iy = np.minimum(np.maximum(np.floor((xy[..., 1] - self.origin[1]) * inv).astype(np.int64) + 1, 0), ny - 1)
         return padded.ravel()[iy * nx + ix]
+
 
 def _lerp(bounds: tuple[float, float], d: float) -> float:
     return float(bounds[0] + (bounds[1] - bounds[0]) * d)
