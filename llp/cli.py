@@ -20,6 +20,118 @@ def _print_json(result: dict, as_json: bool) -> None:
             print(f"{key:<{width}}  {value}")
 
 
+def _load(args: argparse.Namespace):
+    from llp.config.pipeline import load_pipeline
+
+    return load_pipeline(args.profile, args.set)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from llp.config.pipeline import resolved
+
+    print(yaml.safe_dump(resolved(_load(args)), sort_keys=False), end="")
+    return 0
+
+
+def cmd_stages(args: argparse.Namespace) -> int:
+    from llp.stages.registry import STAGES
+
+    cfg = _load(args)
+    for name, spec in STAGES.items():
+        inputs = spec.inputs(cfg.stage(name)) if name in cfg.stages else {}
+        outputs = ", ".join(f"{k} -> {v}" for k, v in spec.outputs.items()) or "metrics and pictures"
+        where = "in pipeline" if name in cfg.stages else "not in this profile"
+        print(f"{name}  ({where})\n    {spec.description}\n    inputs: {inputs or 'none'}; outputs: {outputs}")
+    return 0
+
+
+def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from llp.flows.pipeline import prepare_prefect, run_pipeline
+
+    run_root = Path(cfg.run_root)
+    service = prepare_prefect(run_root)
+    started_here = service is not None and service.proc is not None
+    try:
+        result = run_pipeline(cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage,
+                              force=args.force)
+    finally:
+        if started_here and not args.keep_servers:
+            service.stop()
+    _print_status(run_root, run_id)
+    if result.state != "completed":
+        print(f"\nllp: pipeline run {run_id} failed: {result.error}", file=sys.stderr)
+        print(f"llp: fix the cause, then `llp resume {run_id}` re-runs only unfinished stages", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from llp.flows.pipeline import new_run_id
+
+    cfg = _load(args)  # validates everything before any Ray, Prefect or MLflow state exists
+    return _execute(cfg, args.run_id or new_run_id(), args)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from llp.config.pipeline import PipelineConfig, apply_sets
+    from llp.config.schema import build
+
+    root = Path(args.run_root)
+    config_file = root / args.run / "config.yaml"
+    if not config_file.exists():
+        runs = sorted(p.name for p in root.glob("*/config.yaml"))
+        print(f"llp: no pipeline run {args.run!r} under {root}/ (runs: {', '.join(runs) or 'none'})", file=sys.stderr)
+        return 2
+    data = apply_sets(yaml.safe_load(config_file.read_text()), args.set)
+    return _execute(build(PipelineConfig, data), args.run, args)
+
+
+def _print_status(run_root, run_id: str) -> None:
+    import datetime
+
+    from llp.flows.ledger import Ledger
+
+    ledger = Ledger(run_root / run_id / "ledger.json").data
+    print(f"\npipeline run {run_id}  profile {ledger.get('profile')}  state {ledger.get('state')}")
+    print(f"Prefect flow run: {ledger.get('prefect_flow_run')}  ({ledger.get('prefect_api')})")
+    print(f"MLflow: {ledger.get('mlflow_link')}")
+    rows = [("stage", "state", "duration", "output", "runs", "MLflow run")]
+    for name, st in ledger.get("stages", {}).items():
+        dur = ""
+        if st.get("ended") and st.get("started"):
+            dur = str(datetime.timedelta(seconds=int(st["ended"] - st["started"])))
+        output = ", ".join(st.get("outputs", {}).values()) or "-"
+        rows.append((name, st.get("state", "?"), dur, output, str(st.get("executions", 0)),
+                     st.get("mlflow_run") or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    root = Path(args.run_root)
+    runs = sorted((p.parent.name for p in root.glob("*/ledger.json")), key=lambda r: (root / r).stat().st_mtime)
+    if not runs:
+        print(f"llp: no pipeline runs under {root}/", file=sys.stderr)
+        return 1
+    run = args.run or runs[-1]
+    if run not in runs:
+        print(f"llp: no pipeline run {run!r} under {root}/ (runs: {', '.join(runs)})", file=sys.stderr)
+        return 2
+    _print_status(root, run)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "sim":
         from llp.bench.sim import run
@@ -56,6 +168,45 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llp", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
+    def pipeline_options(q: argparse.ArgumentParser, profile: bool = True) -> None:
+        if profile:
+            q.add_argument("--profile", default="local", help="conf/profile/<name>.yaml: smoke, local or cluster")
+        q.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                       help="override one config value (repeatable), e.g. stages.locomotion_teacher.iterations=10")
+
+    def execution_options(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--from-stage", help="start at this stage (earlier outputs come from the registry)")
+        q.add_argument("--until-stage", help="stop after this stage")
+        q.add_argument("--force", action="append", default=[], metavar="STAGE", help="re-run STAGE even if cached")
+        q.add_argument("--keep-servers", action="store_true",
+                       help="leave the Prefect server this command started running for later commands")
+
+    q = sub.add_parser("run", help="run the LLP pipeline (cached stages are skipped)")
+    pipeline_options(q)
+    execution_options(q)
+    q.add_argument("--run-id", help="name of the run (default: a timestamp)")
+    q.set_defaults(fn=cmd_run)
+
+    q = sub.add_parser("resume", help="continue a pipeline run from its first unfinished stage")
+    q.add_argument("run", help="run id (a folder under runs/)")
+    q.add_argument("--run-root", default="runs")
+    pipeline_options(q, profile=False)
+    execution_options(q)
+    q.set_defaults(fn=cmd_resume)
+
+    q = sub.add_parser("status", help="table of a run's stages: state, duration, output model, MLflow run")
+    q.add_argument("run", nargs="?", help="run id (default: the latest)")
+    q.add_argument("--run-root", default="runs")
+    q.set_defaults(fn=cmd_status)
+
+    q = sub.add_parser("stages", help="list the pipeline's stages")
+    pipeline_options(q)
+    q.set_defaults(fn=cmd_stages)
+
+    q = sub.add_parser("config", help="print the resolved, validated pipeline config")
+    pipeline_options(q)
+    q.set_defaults(fn=cmd_config)
+
     b = sub.add_parser("bench", help="measure throughput (last line: one JSON object with --json)")
     b.add_argument("what", choices=["sim", "learner", "rllib", "pipeline"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -85,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"llp: config error: {err}", file=sys.stderr)
         return 2
+    except ValueError as err:
+        if args.command in ("run", "resume"):
+            print(f"llp: {err}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

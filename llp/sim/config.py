@@ -100,6 +100,16 @@ class CurriculumConfig:
 
     enabled: bool = field(default=True, doc="Move envs between levels at reset.")
     initial_max_level: int = field(default=0, doc="Envs start at a random level in [0, initial_max_level].")
+    initial_levels: str = field(
+        default="random",
+        doc="'random': levels drawn in [0, initial_max_level]; 'spread': env i gets level (i // columns) mod "
+        "(initial_max_level + 1), so every (type, level) tile gets envs (evaluation).",
+    )
+
+    def validate(self, path: str) -> None:
+        check(self.initial_max_level >= 0, f"{path}.initial_max_level", "must be >= 0")
+        check(self.initial_levels in ("random", "spread"), f"{path}.initial_levels",
+              "allowed values: 'random', 'spread'")
 
 
 @dataclass(kw_only=True)

@@ -111,7 +111,10 @@ class ParkourEnv:
         self.env_ids = np.arange(n)
         self.column = self.env_ids % self.num_columns
         max_init = min(cfg.curriculum.initial_max_level, self.terrain.num_levels - 1)
-        self.level = self.rng.integers(0, max_init + 1, size=n)
+        if cfg.curriculum.initial_levels == "spread":
+            self.level = (self.env_ids // self.num_columns) % (max_init + 1)
+        else:
+            self.level = self.rng.integers(0, max_init + 1, size=n)
         self.tile_ids = self.level * self.num_columns + self.column
         self.spawn_xy = np.zeros((n, 2))
         self.command = np.zeros((n, 3))

@@ -13,8 +13,10 @@ import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import mujoco
+if TYPE_CHECKING:
+    import mujoco
 
 from llp.config.schema import check, field
 
@@ -89,6 +91,8 @@ def load_robot_spec(cfg: RobotConfig) -> mujoco.MjSpec:
     compile time; explicit contact pairs and floors of the source model are removed
     so the terrain decides what the robot stands on.
     """
+    import mujoco
+
     spec = mujoco.MjSpec.from_file(str(resolve_mjcf(cfg.mjcf)))
     spec.compiler.discardvisual = True
     for pair in list(spec.pairs):

@@ -12,13 +12,16 @@ geometry, about 10x slower on stairs).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import mujoco
 import numpy as np
 
 from llp.config.schema import check, field
 from llp.sim.robot import TERRAIN_GROUP
 from llp.sim.terrain import Terrain
+
+if TYPE_CHECKING:
+    import mujoco
 
 
 @dataclass(kw_only=True)
@@ -129,6 +132,8 @@ class DepthCamera:
     def __init__(self, cfg: DepthCameraConfig, tile_models: list[mujoco.MjModel], terrain: Terrain):
         """``tile_models``: one model per tile holding the terrain within reach of the tile (robot geoms are
         skipped by the geom-group filter, so the physics models serve as they are)."""
+        import mujoco
+
         self.cfg = cfg
         tan_y = np.tan(np.radians(cfg.fovy) / 2)
         tan_x = tan_y * cfg.width / cfg.height
@@ -157,6 +162,8 @@ class DepthCamera:
 
         Writes z-depth in metres, clipped to [near, far], into ``out`` [n, height, width].
         """
+        import mujoco
+
         far, near = self.cfg.far, self.cfg.near
         n = len(tile_ids)
         flat = out.reshape(n, -1)

@@ -1,0 +1,134 @@
+"""Ray actor pools for one training stage: simulator actors + a learner actor, or co-located actors.
+
+Decoupled iteration: the learner's latest weights (one object in Ray's store,
+broadcast by reference) go to every simulator actor with its ``collect`` call;
+the rollouts go by reference straight to the learner, whose update returns the
+next weights. A simulator actor that dies is replaced by Ray (``max_restarts``)
+and its ``collect`` call re-run on the replacement with the same weights
+(``max_task_retries``), so the iteration is redone rather than lost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import ray
+
+from llp.actors.colocated import ColocatedWorker
+from llp.actors.learner import LearnerWorker
+from llp.actors.simulator import SimulatorWorker
+from llp.config.pipeline import ResourcesConfig
+
+
+@dataclass
+class PoolSpec:
+    env_cfg: dict
+    actor_cfg: dict
+    critic_cfg: dict | None
+    ppo_cfg: dict
+    envs_per_actor: int
+    seed: int
+
+
+class TrainingPool:
+    """Creates the actors of one stage and runs its iterations."""
+
+    def __init__(self, resources: ResourcesConfig, spec: PoolSpec):
+        self.resources, self.spec = resources, spec
+        self.mode = resources.mode
+        num_steps = spec.ppo_cfg.get("num_steps", 24)
+        if self.mode == "colocated":
+            remote = ray.remote(ColocatedWorker).options(
+                num_cpus=resources.sim_actor_cpus, num_gpus=resources.learner_gpus,
+                max_restarts=resources.max_restarts, max_task_retries=0,
+            )
+            self.colocated = remote.remote(spec.env_cfg, spec.envs_per_actor, spec.seed, spec.actor_cfg,
+                                           spec.critic_cfg, spec.ppo_cfg, resources.sim_threads)
+            self.spaces = ray.get(self.colocated.spaces.remote())
+            self.sims, self.learner = [], None
+            return
+        sim_cls = ray.remote(SimulatorWorker).options(
+            num_cpus=resources.sim_actor_cpus,
+            max_restarts=resources.max_restarts,
+            max_task_retries=resources.task_retries,
+        )
+        self.sims = [
+            sim_cls.remote(spec.env_cfg, spec.envs_per_actor, spec.seed + 1000 * k, spec.actor_cfg, spec.critic_cfg,
+                           num_steps, resources.sim_threads)
+            for k in range(resources.sim_actors)
+        ]
+        self.spaces = ray.get(self.sims[0].spaces.remote())
+        learner_cls = ray.remote(LearnerWorker).options(num_cpus=resources.learner_cpus,
+                                                        num_gpus=resources.learner_gpus)
+        self.learner = learner_cls.remote(self.spaces["obs_dims"], self.spaces["num_actions"], spec.actor_cfg,
+                                          spec.critic_cfg, spec.ppo_cfg, spec.seed)
+        self._weights = self.learner.weights.remote()
+
+    @property
+    def num_envs(self) -> int:
+        return self.spaces["num_envs"] * max(1, len(self.sims))
+
+    def iteration(self) -> dict:
+        """One training iteration across the pool; returns its metrics."""
+        t0 = time.perf_counter()
+        if self.mode == "colocated":
+            metrics = ray.get(self.colocated.iteration.remote())
+            metrics["perf/sim_actors"] = 1.0
+            return metrics
+        results = [sim.collect.options(num_returns=2).remote(self._weights) for sim in self.sims]
+        rollouts = [r[0] for r in results]
+        sim_metrics = ray.get([r[1] for r in results])
+        t1 = time.perf_counter()
+        metrics_ref, self._weights = self.learner.update.options(num_returns=2).remote(*rollouts)
+        metrics = ray.get(metrics_ref)
+        t2 = time.perf_counter()
+        metrics.update(_merge(sim_metrics))
+        steps = self.spec.ppo_cfg.get("num_steps", 24) * self.num_envs
+        metrics["perf/collect_s"] = t1 - t0
+        metrics["perf/update_s"] = t2 - t1
+        metrics["perf/env_steps_per_s"] = steps / (t2 - t0)
+        metrics["perf/env_steps"] = float(steps)
+        metrics["perf/sim_actors"] = float(len(self.sims))
+        return metrics
+
+    def collect_only(self) -> int:
+        """Roll out once on every simulator actor (no learning); returns the env steps gathered."""
+        results = [sim.collect.options(num_returns=2).remote(self._weights) for sim in self.sims]
+        ray.get([r[1] for r in results])
+        return self.spec.ppo_cfg.get("num_steps", 24) * self.num_envs
+
+    def save(self, path: str, iteration: int, history: list) -> str:
+        worker = self.colocated if self.mode == "colocated" else self.learner
+        return ray.get(worker.save.remote(path, iteration, history))
+
+    def load(self, path: str) -> dict:
+        worker = self.colocated if self.mode == "colocated" else self.learner
+        state = ray.get(worker.load.remote(path))
+        if self.mode != "colocated":
+            self._weights = self.learner.weights.remote()
+        return state
+
+    def actor_state(self) -> dict:
+        worker = self.colocated if self.mode == "colocated" else self.learner
+        return ray.get(worker.actor_state.remote())
+
+    def sim_pids(self) -> list[int]:
+        if self.mode == "colocated":
+            return [ray.get(self.colocated.pid.remote())]
+        return ray.get([s.pid.remote() for s in self.sims])
+
+    def close(self) -> None:
+        for actor in [*self.sims, *([self.learner] if self.learner is not None else []),
+                      *([self.colocated] if self.mode == "colocated" else [])]:
+            ray.kill(actor)
+
+
+def _merge(per_actor: list[dict]) -> dict:
+    """Average metrics over simulator actors (episode counts add up)."""
+    out: dict[str, float] = {}
+    keys = {k for m in per_actor for k in m}
+    for k in keys:
+        vals = [m[k] for m in per_actor if k in m]
+        out[k] = sum(vals) if k == "episode/count" else sum(vals) / len(vals)
+    return out

@@ -1,0 +1,273 @@
+"""The Prefect flow ``llp-pipeline``: one retryable, cached task per LLP stage.
+
+A stage's cache key is a content hash of (stage name, resolved stage config and
+resources, the versions of its input models, the stage code version), and its
+result (the ``models:/`` URIs it registered) is persisted under the run root, so
+re-running a pipeline or ``llp resume`` skips every stage that already
+completed with the same inputs and continues from the first unfinished one. A
+retried or resumed stage continues its own MLflow run from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from llp.flows.ledger import Ledger
+from llp.infra.services import Service, prefect_env, start_prefect
+from llp.config.pipeline import PipelineConfig, config_hash, resolved
+from llp.config.schema import build
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_DIRS = ("llp/sim", "llp/learn", "llp/config", "stages", "actors")
+
+
+def code_version() -> str:
+    """Hash of the science, config and stage code (anything that changes what a stage computes)."""
+    h = hashlib.sha256()
+    for folder in CODE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".xml", ".c") and path.is_file():
+                h.update(str(path.relative_to(ROOT)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def stage_cache_key(stage: str, stage_cfg: dict, resources: dict, input_versions: dict, code: str) -> str:
+    payload = {"stage": stage, "config": stage_cfg, "resources": resources, "inputs": input_versions, "code": code}
+    return f"llp-{stage}-{config_hash(payload)}"
+
+
+@dataclass
+class PipelineResult:
+    run_id: str
+    state: str
+    flow_run_id: str | None
+    outputs: dict[str, dict[str, str]]
+    error: str | None = None
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(2).hex()
+
+
+def prepare_prefect(run_root: Path) -> Service | None:
+    """Point this process at Prefect: PREFECT_API_URL if set, else a server whose state lives under run_root.
+
+    Must run before ``prefect`` is imported in this process.
+    """
+    home = (run_root / "prefect").resolve()
+    os.environ.update(prefect_env(home))
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    service = start_prefect(home)
+    os.environ["PREFECT_API_URL"] = service.url
+    return service
+
+
+def run_pipeline(cfg: PipelineConfig, run_id: str, *, from_stage: str | None = None, until_stage: str | None = None,
+                 force: list[str] | None = None, stream=None) -> PipelineResult:
+    """Run (or resume) pipeline ``run_id``: stages in order between from_stage and until_stage."""
+    import sys
+
+    stream = stream or sys.stdout
+    stages = list(cfg.stages)
+    for name, label in ((from_stage, "--from-stage"), (until_stage, "--until-stage"), *[(f, "--force") for f in
+                                                                                         force or []]):
+        if name is not None and name not in stages:
+            raise ValueError(f"{label} {name!r}: not a stage of this pipeline ({', '.join(stages)})")
+    first = stages.index(from_stage) if from_stage else 0
+    last = stages.index(until_stage) if until_stage else len(stages) - 1
+    selected = stages[first : last + 1]
+
+    run_root = Path(cfg.run_root).resolve()
+    run_dir = run_root / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    import yaml
+
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved(cfg), sort_keys=False))
+    ledger = Ledger(run_dir / "ledger.json")
+    ledger.set(run_id=run_id, profile=cfg.profile, created=ledger.data.get("created") or time.time(),
+               stages_selected=selected, state="running")
+
+    from llp.flows import tracking  # imports mlflow
+
+    uri = tracking.configure(run_root, cfg.experiment)
+    parent = tracking.find_run({"llp.pipeline_run": run_id, "llp.kind": "pipeline"}, cfg.experiment)
+    import mlflow
+
+    if parent is None:
+        with mlflow.start_run(run_name=f"pipeline {run_id}", tags={"llp.pipeline_run": run_id,
+                                                                   "llp.kind": "pipeline",
+                                                                   "llp.profile": cfg.profile}) as run:
+            parent_id = run.info.run_id
+            from llp.flows.context import flatten
+
+            mlflow.log_params({k: v[:6000] for k, v in list(flatten(resolved(cfg)).items())[:500]})
+    else:
+        parent_id = parent.info.run_id
+    ledger.set(mlflow_tracking_uri=uri, mlflow_parent_run=parent_id, mlflow_link=tracking.run_link(parent_id))
+
+    prepare_prefect(run_root)
+    from prefect import flow, tags, task
+    from prefect.runtime import flow_run, task_run
+
+    results_dir = run_root / "prefect" / "results"
+    code = code_version()
+
+    def cache_key_fn(_ctx, params: dict) -> str:
+        return stage_cache_key(params["stage"], params["stage_cfg"], params["resources"], params["input_versions"],
+                               params["code"])
+
+    @task(task_run_name="{stage}", cache_key_fn=cache_key_fn, persist_result=True, result_storage=results_dir,
+          result_serializer="json")
+    def stage_task(stage: str, stage_cfg: dict, resources: dict, inputs: dict, input_versions: dict,
+                   code: str) -> dict:
+        return execute_stage(cfg, run_id, run_dir, stage, stage_cfg, resources, inputs, input_versions, code,
+                             parent_id, ledger, task_run.run_count, stream)
+
+    @flow(name=cfg.name, log_prints=False)
+    def llp_pipeline(run_id: str, stages: list[str]) -> dict:
+        from llp.stages.registry import STAGES
+
+        ledger.set(prefect_flow_run=str(flow_run.id), prefect_api=os.environ.get("PREFECT_API_URL"))
+        print(f"[llp] pipeline run {run_id}: Prefect flow run {flow_run.id} ({os.environ.get('PREFECT_API_URL')})",
+              file=stream, flush=True)
+        print(f"[llp] MLflow: {tracking.run_link(parent_id)}", file=stream, flush=True)
+        outputs: dict[str, dict] = {}
+        resources = resolved(cfg)["resources"]
+        for name in stages:
+            spec = STAGES[name]
+            stage_cfg = resolved(cfg)["stages"][name]
+            typed = build(spec.config, stage_cfg, f"stages.{name}")
+            inputs = {}
+            for input_name, upstream in spec.inputs(typed).items():
+                inputs[input_name] = outputs.get(upstream, {}).get(input_name) or _resolve_upstream(
+                    upstream, run_id)
+            input_versions = {k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}"
+                              for k, v in inputs.items()}
+            started = time.time()
+            refresh = name in (force or [])
+            state = stage_task.with_options(retries=getattr(typed, "retries", 0), retry_delay_seconds=1,
+                                            refresh_cache=refresh)(
+                name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
+            if state.is_failed() or state.is_crashed():
+                err = state.result(raise_on_failure=False)
+                ledger.stage_update(name, state="failed", ended=time.time(), error=repr(err))
+                raise RuntimeError(f"stage {name} failed: {err!r}") from (err if isinstance(err, BaseException)
+                                                                           else None)
+            result = state.result()
+            cached = state.name == "Cached"
+            if cached and not _outputs_exist(result.get("outputs", {})):
+                # the cache points at models this registry no longer has: compute them again
+                state = stage_task.with_options(retries=getattr(typed, "retries", 0), retry_delay_seconds=1,
+                                                refresh_cache=True)(
+                    name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
+                result, cached = state.result(), False
+            for uri in result.get("outputs", {}).values():
+                if isinstance(uri, str) and uri.startswith("models:/"):
+                    tracking.set_alias(uri, f"run-{run_id}")
+            outputs[name] = result.get("outputs", {})
+            entry = {"state": "cached" if cached else "completed", "outputs": outputs[name],
+                     "cache_key": result.get("cache_key"), "mlflow_run": result.get("mlflow_run_id"),
+                     "ended": time.time()}
+            if cached:
+                entry.update(started=started, cached_from=result.get("pipeline_run"))
+            ledger.stage_update(name, **entry)
+            verb = "cached (skipped)" if cached else "completed"
+            shown = ", ".join(f"{k}={v}" for k, v in outputs[name].items()) or "no model outputs"
+            print(f"[llp] {name}: {verb}; {shown}", file=stream, flush=True)
+        return outputs
+
+    with tags("llp", f"run:{run_id}", f"profile:{cfg.profile}"):
+        try:
+            outputs = llp_pipeline(run_id, selected)
+        except Exception as err:  # the flow failed: the ledger says where, the caller says how to resume
+            ledger.set(state="failed", ended=time.time(), error=repr(err))
+            return PipelineResult(run_id, "failed", ledger.data.get("prefect_flow_run"), {}, repr(err))
+    ledger.set(state="completed", ended=time.time())
+    return PipelineResult(run_id, "completed", ledger.data.get("prefect_flow_run"), outputs)
+
+
+def _resolve_upstream(stage: str, run_id: str) -> str:
+    """An input whose stage is not part of this invocation: this run's alias, else the newest version."""
+    from mlflow import MlflowClient
+
+    from llp.stages.registry import STAGES
+
+    name = next(iter(STAGES[stage].outputs.values()))
+    client = MlflowClient()
+    try:
+        return f"models:/{name}/{client.get_model_version_by_alias(name, f'run-{run_id}').version}"
+    except Exception:
+        versions = client.search_model_versions(f"name='{name}'", order_by=["version_number DESC"], max_results=1)
+        if not versions:
+            raise ValueError(f"stage input {name} does not exist yet: run stage {stage!r} first") from None
+        return f"models:/{name}/{versions[0].version}"
+
+
+def _outputs_exist(outputs: dict) -> bool:
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    for uri in outputs.values():
+        if isinstance(uri, str) and uri.startswith("models:/"):
+            name, version = uri[len("models:/"):].rsplit("/", 1)
+            try:
+                client.get_model_version(name, version)
+            except Exception:
+                return False
+    return True
+
+
+def execute_stage(cfg: PipelineConfig, run_id: str, run_dir: Path, stage: str, stage_cfg: dict, resources: dict,
+                  inputs: dict, input_versions: dict, code: str, parent_id: str, ledger: Ledger, attempt: int,
+                  stream) -> dict:
+    """The body of a stage task: find or start the stage's MLflow run, build its context, run the stage."""
+    import mlflow
+
+    from llp.flows import tracking
+    from llp.flows.context import StageContext, flatten
+    from llp.config.pipeline import ResourcesConfig
+    from llp.stages.registry import STAGES
+
+    spec = STAGES[stage]
+    key = stage_cache_key(stage, stage_cfg, resources, input_versions, code)
+    ledger.stage_started(stage, attempt)
+    print(f"[llp] {stage}: running (attempt {attempt})", file=stream, flush=True)
+    identity = {"llp.pipeline_run": run_id, "llp.stage": stage, "llp.cache_key": key}
+    previous = tracking.find_run(identity, cfg.experiment)
+    resume_id = previous.info.run_id if previous is not None and previous.info.status != "FINISHED" else None
+    lineage = {
+        "llp.inputs": json.dumps(inputs, sort_keys=True),
+        "llp.config_hash": config_hash({"stage": stage_cfg, "resources": resources}),
+        "llp.code_version": code,
+        "llp.pipeline_run": run_id,
+        "llp.stage": stage,
+        "llp.cache_key": key,
+    }
+    seed = cfg.seed + 7919 * (list(cfg.stages).index(stage) + 1)
+    try:
+        with mlflow.start_run(run_id=resume_id, run_name=None if resume_id else stage, parent_run_id=parent_id,
+                              tags=None if resume_id else {**identity, "llp.kind": "stage"}) as run:
+            if resume_id is None:
+                mlflow.log_params({k: v[:6000] for k, v in flatten({"stage": stage_cfg, "resources": resources,
+                                                                     "inputs": inputs}).items()})
+            ledger.stage_update(stage, mlflow_run=run.info.run_id, mlflow_link=tracking.run_link(run.info.run_id))
+            print(f"[llp] {stage}: MLflow run {tracking.run_link(run.info.run_id)}"
+                  + (" (resumed)" if resume_id else ""), file=stream, flush=True)
+            ctx = StageContext(
+                stage=stage, pipeline_run=run_id, run_dir=run_dir, mlflow_run_id=run.info.run_id, seed=seed,
+                resources=build(ResourcesConfig, resources), model_names=spec.outputs, lineage=lineage,
+                alias=f"run-{run_id}",
+            )
+            outputs = spec.run(ctx, build(spec.config, stage_cfg, f"stages.{stage}"), inputs)
+    except Exception:
+        ledger.stage_update(stage, state="failed", error=traceback.format_exc(limit=3))
+        raise
+    return {"outputs": outputs, "mlflow_run_id": run.info.run_id, "cache_key": key, "pipeline_run": run_id}

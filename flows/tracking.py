@@ -1,0 +1,165 @@
+"""MLflow as the artifact bus: pipeline and stage runs, checkpoints, registered policies, lineage.
+
+Naming: every stage output is a registered model ``llp-<stage output>`` (for
+example ``llp-locomotion-teacher``); each version carries lineage tags
+(``llp.inputs``, ``llp.config_hash``, ``llp.code_version``, ``llp.pipeline_run``,
+``llp.stage``) and the alias ``run-<pipeline run id>``. Downstream stages load
+their inputs by ``models:/`` URI only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# quiet, offline defaults (set before mlflow is imported)
+for _key, _value in {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "MLFLOW_UV_AUTO_DETECT": "false",
+    "MLFLOW_RECORD_ENV_VARS_IN_MODEL_LOGGING": "false",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "GIT_PYTHON_REFRESH": "quiet",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+import mlflow  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402
+
+logging.getLogger("mlflow").setLevel(logging.ERROR)
+
+TORCH_REQUIREMENT = "torch==2.13.0"
+
+
+def configure(run_root: Path, experiment: str) -> str:
+    """Point MLflow at ``MLFLOW_TRACKING_URI`` or at a local SQLite store under ``run_root``; returns the URI."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        run_root.mkdir(parents=True, exist_ok=True)
+        uri = f"sqlite:///{(run_root / 'mlflow.db').resolve()}"
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(experiment) is None:
+        location = None
+        if uri.startswith("sqlite:"):
+            location = (run_root / "mlartifacts").resolve().as_uri()
+        elif os.environ.get("LLP_ARTIFACT_LOCATION"):
+            location = os.environ["LLP_ARTIFACT_LOCATION"]
+        mlflow.create_experiment(experiment, artifact_location=location)
+    mlflow.set_experiment(experiment)
+    return uri
+
+
+def run_link(run_id: str) -> str:
+    """Where a person looks at a run: the server's UI page, or the local store to open with ``mlflow ui``."""
+    uri = mlflow.get_tracking_uri()
+    run = MlflowClient().get_run(run_id)
+    if uri.startswith("http"):
+        return f"{uri.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    return f"{uri} (experiment {run.info.experiment_id}, run {run_id}; view with `mlflow ui --backend-store-uri {uri}`)"
+
+
+def find_run(tags: dict[str, str], experiment: str) -> Any | None:
+    """The most recent run carrying all ``tags``, or None."""
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    runs = MlflowClient().search_runs([exp.experiment_id], query, order_by=["attributes.start_time DESC"],
+                                      max_results=1)
+    return runs[0] if runs else None
+
+
+def log_checkpoint(run_id: str, path: Path, iteration: int) -> None:
+    """Upload a training checkpoint as ``checkpoints/latest.pt`` (replacing the previous one)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "latest.pt"
+        os.link(path, target) if _same_fs(path, tmp) else target.write_bytes(path.read_bytes())
+        MlflowClient().log_artifact(run_id, str(target), artifact_path="checkpoints")
+    MlflowClient().log_metric(run_id, "checkpoint/iteration", iteration, step=iteration)
+
+
+def _same_fs(a: Path, b: str) -> bool:
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return False
+
+
+def download_checkpoint(run_id: str, dst: Path) -> Path | None:
+    """The run's latest checkpoint, downloaded to ``dst``, or None if it has none."""
+    names = [f.path for f in MlflowClient().list_artifacts(run_id, "checkpoints")]
+    if "checkpoints/latest.pt" not in names:
+        return None
+    dst.mkdir(parents=True, exist_ok=True)
+    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="checkpoints/latest.pt",
+                                                dst_path=str(dst))
+    return Path(local)
+
+
+def register_policy(run_id: str, model_name: str, module, spec: dict, input_example, tags: dict[str, str],
+                    alias: str) -> str:
+    """Log ``module`` (torch.export / pt2 format, with an input example) in ``run_id``, register it as a new
+    version of ``model_name`` with lineage ``tags`` and ``alias``; returns ``models:/name/version``."""
+    import mlflow.pytorch
+
+    with mlflow.start_run(run_id=run_id, nested=True):
+        info = mlflow.pytorch.log_model(
+            module,
+            name="policy",
+            serialization_format="pt2",
+            input_example=input_example,
+            pip_requirements=[TORCH_REQUIREMENT],
+            metadata={"llp_policy_spec": spec},
+            registered_model_name=model_name,
+        )
+    version = str(info.registered_model_version)
+    client = MlflowClient()
+    for key, value in tags.items():
+        client.set_model_version_tag(model_name, version, key, value)
+    client.set_model_version_tag(model_name, version, "llp.serialization", "pt2")
+    client.set_registered_model_alias(model_name, alias, version)
+    return f"models:/{model_name}/{version}"
+
+
+def set_alias(model_uri: str, alias: str) -> None:
+    name, version = parse_model_uri(model_uri)
+    MlflowClient().set_registered_model_alias(name, alias, version)
+
+
+def parse_model_uri(uri: str) -> tuple[str, str]:
+    """'models:/name/3' -> ('name', '3'); 'models:/name@alias' -> ('name', version the alias points at)."""
+    if not uri.startswith("models:/"):
+        raise ValueError(f"stage inputs are models:/ URIs, got {uri!r}")
+    rest = uri[len("models:/") :]
+    if "@" in rest:
+        name, alias = rest.split("@", 1)
+        return name, str(MlflowClient().get_model_version_by_alias(name, alias).version)
+    name, version = rest.rsplit("/", 1)
+    return name, version
+
+
+def load_policy(uri: str):
+    """A registered policy as a ``LoadedPolicy`` (module + spec), from its ``models:/`` URI alone."""
+    import mlflow.pytorch
+
+    from llp.learn.export import LoadedPolicy, PolicySpec
+
+    module = mlflow.pytorch.load_model(uri)
+    meta = mlflow.models.get_model_info(uri).metadata or {}
+    if "llp_policy_spec" not in meta:
+        raise ValueError(f"{uri} has no llp_policy_spec metadata: not a policy registered by this platform")
+    return LoadedPolicy(module, PolicySpec(**meta["llp_policy_spec"]))
+
+
+def version_tags(uri: str) -> dict[str, str]:
+    name, version = parse_model_uri(uri)
+    return dict(MlflowClient().get_model_version(name, version).tags)
+
+
+def log_json(run_id: str, data: Any, artifact_file: str) -> None:
+    MlflowClient().log_dict(run_id, json.loads(json.dumps(data, default=str)), artifact_file)

@@ -1,0 +1,89 @@
+"""LLP stage 1: the perceptive locomotion teacher.
+
+PPO on the locomotion terrains (rough ground, stairs up and down): the actor
+reads proprioception, the velocity command and the height scan over 5 stacked
+frames; the critic additionally reads privileged terms (base velocity and
+height, contacts, randomised physics). Trained on the stage's Ray actor pool,
+checkpointed every ``checkpoint_every`` iterations, registered as
+``llp-locomotion-teacher``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llp.config.schema import check, field
+from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.stages.common import checked_env_config
+
+OUTPUT_MODEL = "llp-locomotion-teacher"
+
+
+def _actor() -> ActorConfig:
+    return ActorConfig(obs=["policy/proprio", "policy/command", "policy/height_scan"], num_frames=5)
+
+
+def _critic() -> CriticConfig:
+    return CriticConfig(obs=["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"])
+
+
+@dataclass(kw_only=True)
+class LocomotionTeacherConfig:
+    """Budget and learning setup of the locomotion teacher."""
+
+    task: str = field(default="locomotion", doc="Task config (conf/task/).")
+    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
+    env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task config (validated).")
+    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor's simulator instance.")
+    iterations: int = field(default=1500, doc="PPO iterations.")
+    checkpoint_every: int = field(default=50, doc="Iterations between mid-stage checkpoints.")
+    retries: int = field(default=2, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
+    ppo: PPOConfig = field(default_factory=PPOConfig, doc="PPO settings.")
+    actor: ActorConfig = field(default_factory=_actor, doc="Policy network (5 stacked frames, as the paper).")
+    critic: CriticConfig = field(default_factory=_critic, doc="Privileged critic.")
+
+    def validate(self, path: str) -> None:
+        check(self.envs_per_actor >= 1, f"{path}.envs_per_actor", "must be >= 1")
+        check(self.iterations >= 1, f"{path}.iterations", "must be >= 1")
+        check(self.checkpoint_every >= 1, f"{path}.checkpoint_every", "must be >= 1")
+        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
+        checked_env_config(self.task, self.robot, self.env, path)
+
+
+def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, str]:
+    """Train the teacher on the stage's actor pool; returns {'policy': models:/llp-locomotion-teacher/<v>}."""
+    import numpy as np
+
+    from llp.actors.pool import PoolSpec, TrainingPool
+    from llp.config.schema import to_dict
+    from llp.learn.export import export_actor
+    from llp.learn.models import Actor
+
+    env_cfg = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
+    ctx.init_ray()
+    spec = PoolSpec(to_dict(env_cfg), to_dict(cfg.actor), to_dict(cfg.critic), to_dict(cfg.ppo),
+                    cfg.envs_per_actor, ctx.seed)
+    pool = TrainingPool(ctx.resources, spec)
+    try:
+        start, history = ctx.restore_checkpoint(pool)
+        progress = ctx.progress(cfg.iterations, start)
+        for it in range(start, cfg.iterations):
+            metrics = pool.iteration()
+            history.append({k: metrics[k] for k in ("episode/return", "episode/length") if k in metrics})
+            ctx.log_metrics(metrics, step=it)
+            progress.update(it, metrics)
+            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
+                ctx.save_checkpoint(pool, it, history)
+                ctx.fault_point(it)
+        actor = Actor(cfg.actor, pool.spaces["obs_dims"], pool.spaces["num_actions"])
+        actor.load_state_dict(pool.actor_state())
+    finally:
+        pool.close()
+    ctx.log_learning_curve(history)
+    default_pose = None
+    module, policy_spec = export_actor(actor, robot=env_cfg.robot.name, action_scale=env_cfg.robot.action_scale,
+                                       policy_dt=env_cfg.policy_dt, default_joint_pos=default_pose)
+    # a batch of 2 in the example keeps the batch dimension dynamic in the exported program
+    example = np.zeros((2, actor.num_frames * actor.obs_dim), dtype=np.float32)
+    return {"policy": ctx.register_policy("policy", module, policy_spec.to_dict(), example)}
