@@ -57,8 +57,12 @@ def run(ctx, cfg: EvaluateConfig, inputs: dict[str, str]) -> dict[str, str]:
     episodes = []
     running_track = np.zeros(cfg.num_envs)
     progress = ctx.progress(cfg.steps, 0, label="evaluate")
+    import time
+
+    t0 = time.perf_counter()
     with torch.no_grad():
         for step in range(cfg.steps):
+            ctx.fault_point(step)
             action, memory, _ = policy.step(policy.observe(obs), memory)
             result = env.step(action)
             # the tracking kernel of this step, from the terms computed before any reset
@@ -80,7 +84,11 @@ def run(ctx, cfg: EvaluateConfig, inputs: dict[str, str]) -> dict[str, str]:
                 running_track[i] = 0.0
             memory = memory.reset(result.terminated | result.truncated)
             obs = result.obs
-            progress.update(step, {"perf/env_steps_per_s": 0.0})
+            done_returns = result.info.get("episode", {}).get("return")
+            shown = {"perf/env_steps_per_s": (step + 1) * cfg.num_envs / (time.perf_counter() - t0)}
+            if done_returns is not None and len(done_returns):
+                shown["episode/return"] = float(np.mean(done_returns))
+            progress.update(step, shown)
     table = _tables(episodes, types, levels)
     ctx.log_metrics({"eval/fall_rate": table["overall"]["fall_rate"],
                      "eval/tracking": table["overall"]["tracking"],

@@ -1,0 +1,55 @@
+"""Shared fixtures: real local services (S3 endpoint, MLflow server, Prefect server) and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SECRET = "llp-test-secret-value-9f3e1c"  # a credential that must never appear in params, tags or artifacts
+BUCKET = "llp-artifacts"
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory):
+    """moto S3 on 127.0.0.1, an `mlflow server` storing artifacts in it, and a Prefect server."""
+    import boto3
+
+    from llp.infra.services import start_mlflow, start_prefect, start_s3
+
+    root = tmp_path_factory.mktemp("services")
+    creds = {"AWS_ACCESS_KEY_ID": "llp-test-key", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1"}
+    s3 = start_s3(root / "s3.log")
+    started = [s3]
+    try:
+        boto3.client("s3", endpoint_url=s3.url, **{k.lower(): v for k, v in creds.items()
+                                                   if k != "AWS_DEFAULT_REGION"},
+                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        mlflow = start_mlflow(root / "mlflow" / "mlflow.db", f"s3://{BUCKET}/artifacts",
+                              env_extra={**creds, "MLFLOW_S3_ENDPOINT_URL": s3.url})
+        started.append(mlflow)
+        prefect = start_prefect(root / "prefect")
+        started.append(prefect)
+        env = {**creds, "MLFLOW_TRACKING_URI": mlflow.url, "MLFLOW_S3_ENDPOINT_URL": s3.url,
+               "PREFECT_API_URL": prefect.url}
+        yield {"env": env, "s3": s3, "mlflow": mlflow, "prefect": prefect, "root": root}
+    finally:
+        for service in reversed(started):
+            service.stop()
+
+
+def run_llp(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run the real `llp` console script."""
+    full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([str(BIN / "llp"), *args], cwd=ROOT, env=full, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def llp():
+    return run_llp

@@ -1,0 +1,180 @@
+"""The platform spine end to end: Prefect flow, Ray actors, MLflow server with an S3 artifact store."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BUCKET, SECRET
+
+pytestmark = pytest.mark.timeout(900)
+
+SMOKE = ["--profile", "smoke"]
+
+
+def ledger(run_root: Path, run_id: str) -> dict:
+    return json.loads((run_root / run_id / "ledger.json").read_text())
+
+
+def mlflow_client(services):
+    import mlflow
+
+    mlflow.set_tracking_uri(services["env"]["MLFLOW_TRACKING_URI"])
+    os.environ.update({k: v for k, v in services["env"].items() if k.startswith(("AWS_", "MLFLOW_S3"))})
+    return mlflow.MlflowClient()
+
+
+@pytest.fixture(scope="module")
+def smoke_run(services, tmp_path_factory):
+    """One smoke pipeline against the MLflow server + S3, then a re-run of it."""
+    from tests.conftest import run_llp
+
+    root = tmp_path_factory.mktemp("runs")
+    env = {**services["env"]}
+    first = run_llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "e2e", env=env)
+    t0 = time.perf_counter()
+    second = run_llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "e2e-rerun", env=env)
+    rerun_s = time.perf_counter() - t0
+    return {"root": root, "first": first, "second": second, "rerun_s": rerun_s}
+
+
+def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_run):
+    first = smoke_run["first"]
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    book = ledger(smoke_run["root"], "e2e")
+    assert book["state"] == "completed"
+    assert [s["state"] for s in book["stages"].values()] == ["completed", "completed"]
+    assert {n: s["executions"] for n, s in book["stages"].items()} == {"locomotion_teacher": 1, "evaluate": 1}
+    client = mlflow_client(services)
+    version = client.get_model_version_by_alias("llp-locomotion-teacher", "run-e2e")
+    tags = version.tags
+    for key in ("llp.inputs", "llp.config_hash", "llp.code_version", "llp.pipeline_run", "llp.stage"):
+        assert key in tags
+    assert tags["llp.pipeline_run"] == "e2e" and tags["llp.stage"] == "locomotion_teacher"
+    assert tags["llp.serialization"] == "pt2"
+    # the evaluation stage read its input by models:/ URI and logged its tables
+    eval_run = client.get_run(book["stages"]["evaluate"]["mlflow_run"])
+    assert eval_run.data.params["inputs.policy"] == f"models:/llp-locomotion-teacher/{version.version}"
+    assert "eval/fall_rate" in eval_run.data.metrics
+    assert eval_run.data.tags["mlflow.parentRunId"] == book["mlflow_parent_run"]
+    # the artifacts really are in the S3 bucket: model, checkpoint, plots, evaluation table
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=services["s3"].url, region_name="us-east-1",
+                      aws_access_key_id="llp-test-key", aws_secret_access_key=SECRET)
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+            for o in page.get("Contents", [])]
+    assert any(k.endswith("checkpoints/latest.pt") for k in keys)
+    assert any(k.endswith("plots/learning_curve.png") for k in keys)
+    assert any(k.endswith("evaluation/fall_rate.png") for k in keys)
+    assert any("/models/" in k and k.endswith("MLmodel") for k in keys)
+    # and a downstream process can load the policy by URI alone
+    import mlflow.pytorch
+    import torch
+
+    module = mlflow.pytorch.load_model("models:/llp-locomotion-teacher@run-e2e")
+    spec = mlflow.models.get_model_info("models:/llp-locomotion-teacher@run-e2e").metadata["llp_policy_spec"]
+    out = module(torch.zeros(3, spec["num_frames"] * spec["obs_dim"]))
+    assert tuple(out.shape) == (3, spec["num_actions"]) == (3, 21)
+
+
+def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
+    second = smoke_run["second"]
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    book = ledger(smoke_run["root"], "e2e-rerun")
+    assert {n: (s["state"], s["executions"]) for n, s in book["stages"].items()} == {
+        "locomotion_teacher": ("cached", 0), "evaluate": ("cached", 0)}
+    client = mlflow_client(services)
+    versions = client.search_model_versions("name='llp-locomotion-teacher'")
+    first = client.get_model_version_by_alias("llp-locomotion-teacher", "run-e2e")
+    rerun = client.get_model_version_by_alias("llp-locomotion-teacher", "run-e2e-rerun")
+    assert rerun.version == first.version  # the rerun got the cached version, with its own alias
+    assert len({v.version for v in versions if v.tags.get("llp.pipeline_run") in ("e2e", "e2e-rerun")}) == 1
+
+
+def test_no_credential_reaches_params_tags_or_artifacts(services, smoke_run, tmp_path):
+    import mlflow
+
+    client = mlflow_client(services)
+    exp = client.get_experiment_by_name("llp")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) >= 3
+    for run in runs:
+        blob = json.dumps({"params": run.data.params, "tags": run.data.tags})
+        assert SECRET not in blob and "llp-test-key" not in blob
+        local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / run.info.run_id))
+        for path in Path(local).rglob("*"):
+            if path.is_file():
+                assert SECRET.encode() not in path.read_bytes(), path
+    for version in client.search_model_versions("name='llp-locomotion-teacher'"):
+        assert SECRET not in json.dumps(version.tags)
+
+
+def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path, llp):
+    env = {**services["env"], "LLP_INJECT_FAULT": "evaluate@0"}
+    sets = ["--set", f"run_root={tmp_path}", "--set", "stages.evaluate.retries=0",
+            "--set", "stages.locomotion_teacher.iterations=3"]
+    failed = llp("run", *SMOKE, *sets, "--run-id", "resumable", env=env)
+    assert failed.returncode == 1
+    assert "llp resume resumable" in failed.stderr
+    book = ledger(tmp_path, "resumable")
+    assert book["state"] == "failed"
+    assert book["stages"]["locomotion_teacher"]["state"] == "completed"
+    assert book["stages"]["evaluate"]["state"] == "failed"
+    resumed = llp("resume", "resumable", "--run-root", str(tmp_path), env=env)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    book = ledger(tmp_path, "resumable")
+    assert book["state"] == "completed"
+    # the teacher ran once in all (cached on resume); the evaluation ran again
+    assert book["stages"]["locomotion_teacher"]["executions"] == 1
+    assert book["stages"]["locomotion_teacher"]["state"] == "cached"
+    assert book["stages"]["evaluate"]["executions"] == 2
+    assert book["stages"]["evaluate"]["state"] == "completed"
+
+
+def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path, llp):
+    env = {**services["env"], "LLP_INJECT_FAULT": "locomotion_teacher@1"}
+    sets = ["--set", f"run_root={tmp_path}", "--set", "stages.locomotion_teacher.retries=1",
+            "--set", "stages.locomotion_teacher.checkpoint_every=2", "--set", "stages.locomotion_teacher.iterations=4",
+            "--until-stage", "locomotion_teacher"]
+    result = llp("run", *SMOKE, *sets, "--run-id", "retried", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    book = ledger(tmp_path, "retried")
+    teacher = book["stages"]["locomotion_teacher"]
+    assert teacher["executions"] == 2 and [a["attempt"] for a in teacher["attempts"]] == [1, 2]
+    client = mlflow_client(services)
+    run_id = teacher["mlflow_run"]
+    # one MLflow run for both attempts; iterations 0-1 before the crash, 2-3 after: each logged exactly once
+    steps = [m.step for m in client.get_metric_history(run_id, "perf/env_steps")]
+    assert sorted(steps) == [0, 1, 2, 3]
+    assert [m.step for m in client.get_metric_history(run_id, "checkpoint/iteration")] == [1, 3]
+    assert "(resumed)" in result.stdout
+
+
+def test_bad_config_fails_fast_without_creating_state(tmp_path, llp):
+    root = tmp_path / "runs"
+    t0 = time.perf_counter()
+    result = llp("run", *SMOKE, "--set", f"run_root={root}", "--set", "stages.locomotion_teacher.envs_per_actor=-8")
+    elapsed = time.perf_counter() - t0
+    assert result.returncode == 2
+    assert "stages.locomotion_teacher.envs_per_actor" in result.stderr and "must be >= 1" in result.stderr
+    assert not root.exists()
+    result = llp("run", *SMOKE, "--set", f"run_root={root}", "--set", "resources.mode=gpu")
+    assert result.returncode == 2 and "'decoupled', 'colocated'" in result.stderr
+    result = llp("run", "--profile", "nightly", "--set", f"run_root={root}")
+    assert result.returncode == 2 and "smoke" in result.stderr and "cluster" in result.stderr
+    assert not root.exists()
+    assert elapsed < 5.0  # process start included; the validation itself is well under a second
+
+
+def test_status_and_stages_commands(smoke_run, llp):
+    status = llp("status", "e2e", "--run-root", str(smoke_run["root"]))
+    assert status.returncode == 0
+    assert "locomotion_teacher" in status.stdout and "models:/llp-locomotion-teacher/" in status.stdout
+    assert "Prefect flow run" in status.stdout
+    stages = llp("stages")
+    assert "locomotion_teacher" in stages.stdout and "llp-locomotion-teacher" in stages.stdout
