@@ -44,7 +44,8 @@ class TrainingPool:
                 max_restarts=resources.max_restarts, max_task_retries=0,
             )
             self.colocated = remote.remote(spec.env_cfg, spec.envs_per_actor, spec.seed, spec.actor_cfg,
-                                           spec.critic_cfg, spec.ppo_cfg, resources.sim_threads)
+                                           spec.critic_cfg, spec.ppo_cfg, resources.sim_threads,
+                                           resources.learner_threads)
             self.spaces = ray.get(self.colocated.spaces.remote())
             self.sims, self.learner = [], None
             return
@@ -62,7 +63,7 @@ class TrainingPool:
         learner_cls = ray.remote(LearnerWorker).options(num_cpus=resources.learner_cpus,
                                                         num_gpus=resources.learner_gpus)
         self.learner = learner_cls.remote(self.spaces["obs_dims"], self.spaces["num_actions"], spec.actor_cfg,
-                                          spec.critic_cfg, spec.ppo_cfg, spec.seed)
+                                          spec.critic_cfg, spec.ppo_cfg, spec.seed, resources.learner_threads)
         self._weights = self.learner.weights.remote()
 
     @property
@@ -92,11 +93,13 @@ class TrainingPool:
         metrics["perf/sim_actors"] = float(len(self.sims))
         return metrics
 
-    def collect_only(self) -> int:
-        """Roll out once on every simulator actor (no learning); returns the env steps gathered."""
-        results = [sim.collect.options(num_returns=2).remote(self._weights) for sim in self.sims]
+    def collect_only(self, actors: int | None = None) -> int:
+        """Roll out once on the first ``actors`` simulator actors (all by default), in parallel, without
+        learning; returns the env steps gathered."""
+        chosen = self.sims[: actors or len(self.sims)]
+        results = [sim.collect.options(num_returns=2).remote(self._weights) for sim in chosen]
         ray.get([r[1] for r in results])
-        return self.spec.ppo_cfg.get("num_steps", 24) * self.num_envs
+        return self.spec.ppo_cfg.get("num_steps", 24) * self.spaces["num_envs"] * len(chosen)
 
     def save(self, path: str, iteration: int, history: list) -> str:
         worker = self.colocated if self.mode == "colocated" else self.learner
@@ -125,10 +128,18 @@ class TrainingPool:
 
 
 def _merge(per_actor: list[dict]) -> dict:
-    """Average metrics over simulator actors (episode counts add up)."""
+    """Combine simulator actors' metrics: episode counts add up, episode statistics are weighted by episode
+    count, everything else is averaged."""
     out: dict[str, float] = {}
+    counts = [m.get("episode/count", 0.0) for m in per_actor]
     keys = {k for m in per_actor for k in m}
     for k in keys:
-        vals = [m[k] for m in per_actor if k in m]
-        out[k] = sum(vals) if k == "episode/count" else sum(vals) / len(vals)
+        if k == "episode/count":
+            out[k] = sum(counts)
+        elif k.startswith("episode/") and sum(counts) > 0:
+            pairs = [(m[k], c) for m, c in zip(per_actor, counts) if k in m and c > 0]
+            out[k] = sum(v * c for v, c in pairs) / sum(c for _, c in pairs)
+        else:
+            vals = [m[k] for m in per_actor if k in m]
+            out[k] = sum(vals) / len(vals)
     return out

@@ -266,7 +266,11 @@ def execute_stage(cfg: PipelineConfig, run_id: str, run_dir: Path, stage: str, s
                 resources=build(ResourcesConfig, resources), model_names=spec.outputs, lineage=lineage,
                 alias=f"run-{run_id}",
             )
+            t0 = time.perf_counter()
             outputs = spec.run(ctx, build(spec.config, stage_cfg, f"stages.{stage}"), inputs)
+            st = ledger.stage(stage)
+            st["compute_s"] = st.get("compute_s", 0.0) + time.perf_counter() - t0
+            ledger.save()
     except Exception:
         ledger.stage_update(stage, state="failed", error=traceback.format_exc(limit=3))
         raise

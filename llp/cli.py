@@ -62,6 +62,11 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
         if started_here and not args.keep_servers:
             service.stop()
     _print_status(run_root, run_id)
+    if result.state == "completed":
+        for stage, outputs in result.outputs.items():
+            for name, uri in outputs.items():
+                print(f"\n{stage} -> {name}: {uri} (alias run-{run_id})")
+        print(f"look: `llp status {run_id}`; MLflow as linked above (plots/, evaluation/ artifacts)")
     if result.state != "completed":
         print(f"\nllp: pipeline run {run_id} failed: {result.error}", file=sys.stderr)
         print(f"llp: fix the cause, then `llp resume {run_id}` re-runs only unfinished stages", file=sys.stderr)
