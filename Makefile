@@ -5,11 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= local
 
-.PHONY: run test test-slow lint bench pictures clean-runs
+.PHONY: run test lint bench pictures clean-runs
 
 $(STAMP): pyproject.toml constraints.txt setup.py llp/sim/_raycast.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 	# the CPU build of torch first (a local wheel on the reference machine): with it in place,
 	# no dependency can pull a multi-GB CUDA build
 	$(BIN)/python -m pip install -q torch==2.13.0
@@ -21,9 +20,6 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
-
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check llp flows actors stages infra tests

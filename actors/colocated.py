@@ -24,8 +24,17 @@ from llp.sim.env import ParkourEnv
 
 
 class ColocatedWorker:
-    def __init__(self, env_cfg: dict, num_envs: int, seed: int, actor_cfg: dict, critic_cfg: dict | None,
-                 ppo_cfg: dict, threads: int = 1, learner_threads: int = 1):
+    def __init__(
+        self,
+        env_cfg: dict,
+        num_envs: int,
+        seed: int,
+        actor_cfg: dict,
+        critic_cfg: dict | None,
+        ppo_cfg: dict,
+        threads: int = 1,
+        learner_threads: int = 1,
+    ):
         torch.set_num_threads(learner_threads)
         torch.manual_seed(seed)
         self.env = ParkourEnv(build(EnvConfig, env_cfg), num_envs, seed=seed, threads=threads)
@@ -37,8 +46,12 @@ class ColocatedWorker:
         self.collector = RolloutCollector(self.env, actor, critic, ppo.num_steps)
 
     def spaces(self) -> dict:
-        return {"obs_dims": self.env.obs_dims(), "num_actions": self.env.num_actions, "pid": os.getpid(),
-                "num_envs": self.env.num_envs}
+        return {
+            "obs_dims": self.env.obs_dims(),
+            "num_actions": self.env.num_actions,
+            "pid": os.getpid(),
+            "num_envs": self.env.num_envs,
+        }
 
     def pid(self) -> int:
         return os.getpid()
@@ -47,8 +60,10 @@ class ColocatedWorker:
         return train_iteration(self.collector, self.ppo)
 
     def weights(self) -> dict:
-        return {"actor": self.ppo.actor.state_dict(),
-                "critic": None if self.ppo.critic is None else self.ppo.critic.state_dict()}
+        return {
+            "actor": self.ppo.actor.state_dict(),
+            "critic": None if self.ppo.critic is None else self.ppo.critic.state_dict(),
+        }
 
     def save(self, path: str, iteration: int, history: list) -> str:
         return str(save_checkpoint(path, self.ppo, iteration, history=history))

@@ -17,8 +17,16 @@ from llp.learn.storage import Rollout
 class LearnerWorker:
     """PPO (and DAgger) updates on rollouts gathered by simulator actors."""
 
-    def __init__(self, obs_dims: dict, num_actions: int, actor_cfg: dict, critic_cfg: dict | None, ppo_cfg: dict,
-                 seed: int, threads: int = 1):
+    def __init__(
+        self,
+        obs_dims: dict,
+        num_actions: int,
+        actor_cfg: dict,
+        critic_cfg: dict | None,
+        ppo_cfg: dict,
+        seed: int,
+        threads: int = 1,
+    ):
         torch.set_num_threads(threads)
         torch.manual_seed(seed)
         actor = Actor(build(ActorConfig, actor_cfg), obs_dims, num_actions)

@@ -40,12 +40,21 @@ class TrainingPool:
         num_steps = spec.ppo_cfg.get("num_steps", 24)
         if self.mode == "colocated":
             remote = ray.remote(ColocatedWorker).options(
-                num_cpus=resources.sim_actor_cpus, num_gpus=resources.learner_gpus,
-                max_restarts=resources.max_restarts, max_task_retries=0,
+                num_cpus=resources.sim_actor_cpus,
+                num_gpus=resources.learner_gpus,
+                max_restarts=resources.max_restarts,
+                max_task_retries=0,
             )
-            self.colocated = remote.remote(spec.env_cfg, spec.envs_per_actor, spec.seed, spec.actor_cfg,
-                                           spec.critic_cfg, spec.ppo_cfg, resources.sim_threads,
-                                           resources.learner_threads)
+            self.colocated = remote.remote(
+                spec.env_cfg,
+                spec.envs_per_actor,
+                spec.seed,
+                spec.actor_cfg,
+                spec.critic_cfg,
+                spec.ppo_cfg,
+                resources.sim_threads,
+                resources.learner_threads,
+            )
             self.spaces = ray.get(self.colocated.spaces.remote())
             self.sims, self.learner = [], None
             return
@@ -55,15 +64,30 @@ class TrainingPool:
             max_task_retries=resources.task_retries,
         )
         self.sims = [
-            sim_cls.remote(spec.env_cfg, spec.envs_per_actor, spec.seed + 1000 * k, spec.actor_cfg, spec.critic_cfg,
-                           num_steps, resources.sim_threads)
+            sim_cls.remote(
+                spec.env_cfg,
+                spec.envs_per_actor,
+                spec.seed + 1000 * k,
+                spec.actor_cfg,
+                spec.critic_cfg,
+                num_steps,
+                resources.sim_threads,
+            )
             for k in range(resources.sim_actors)
         ]
         self.spaces = ray.get(self.sims[0].spaces.remote())
-        learner_cls = ray.remote(LearnerWorker).options(num_cpus=resources.learner_cpus,
-                                                        num_gpus=resources.learner_gpus)
-        self.learner = learner_cls.remote(self.spaces["obs_dims"], self.spaces["num_actions"], spec.actor_cfg,
-                                          spec.critic_cfg, spec.ppo_cfg, spec.seed, resources.learner_threads)
+        learner_cls = ray.remote(LearnerWorker).options(
+            num_cpus=resources.learner_cpus, num_gpus=resources.learner_gpus
+        )
+        self.learner = learner_cls.remote(
+            self.spaces["obs_dims"],
+            self.spaces["num_actions"],
+            spec.actor_cfg,
+            spec.critic_cfg,
+            spec.ppo_cfg,
+            spec.seed,
+            resources.learner_threads,
+        )
         self._weights = self.learner.weights.remote()
 
     @property
@@ -122,8 +146,11 @@ class TrainingPool:
         return ray.get([s.pid.remote() for s in self.sims])
 
     def close(self) -> None:
-        for actor in [*self.sims, *([self.learner] if self.learner is not None else []),
-                      *([self.colocated] if self.mode == "colocated" else [])]:
+        for actor in [
+            *self.sims,
+            *([self.learner] if self.learner is not None else []),
+            *([self.colocated] if self.mode == "colocated" else []),
+        ]:
             ray.kill(actor)
 
 

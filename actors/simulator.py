@@ -21,8 +21,17 @@ from llp.sim.env import ParkourEnv
 class SimulatorWorker:
     """Hosts a ``ParkourEnv`` of ``num_envs`` envs and a policy copy; ``collect(weights)`` returns a rollout."""
 
-    def __init__(self, env_cfg: dict, num_envs: int, seed: int, actor_cfg: dict, critic_cfg: dict | None,
-                 num_steps: int, threads: int = 1, reward_groups: list[list[str]] | None = None):
+    def __init__(
+        self,
+        env_cfg: dict,
+        num_envs: int,
+        seed: int,
+        actor_cfg: dict,
+        critic_cfg: dict | None,
+        num_steps: int,
+        threads: int = 1,
+        reward_groups: list[list[str]] | None = None,
+    ):
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         self.env = ParkourEnv(build(EnvConfig, env_cfg), num_envs, seed=seed, threads=threads)
@@ -32,8 +41,12 @@ class SimulatorWorker:
         self.collector = RolloutCollector(self.env, self.actor, self.critic, num_steps, reward_groups=reward_groups)
 
     def spaces(self) -> dict:
-        return {"obs_dims": self.env.obs_dims(), "num_actions": self.env.num_actions, "pid": os.getpid(),
-                "num_envs": self.env.num_envs}
+        return {
+            "obs_dims": self.env.obs_dims(),
+            "num_actions": self.env.num_actions,
+            "pid": os.getpid(),
+            "num_envs": self.env.num_envs,
+        }
 
     def pid(self) -> int:
         return os.getpid()

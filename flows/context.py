@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llp.config.pipeline import ResourcesConfig
 from llp.flows import tracking
 from llp.flows.progress import ProgressBar
-from llp.config.pipeline import ResourcesConfig
 
 
 class InjectedFault(RuntimeError):
@@ -38,10 +38,10 @@ class StageContext:
 
     # ---------------------------------------------------------------- logging
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        import time
+
         from mlflow import MlflowClient
         from mlflow.entities import Metric
-
-        import time
 
         now = int(time.time() * 1000)
         batch = [Metric(_metric_key(k), float(v), now, step) for k, v in metrics.items() if _finite(v)]
@@ -68,8 +68,10 @@ class StageContext:
         if not history:
             return
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        for ax, key, label in ((axes[0], "episode/return", "mean episode return"),
-                               (axes[1], "episode/length", "mean episode length (steps)")):
+        for ax, key, label in (
+            (axes[0], "episode/return", "mean episode return"),
+            (axes[1], "episode/length", "mean episode length (steps)"),
+        ):
             xs = [i for i, h in enumerate(history) if key in h]
             ax.plot(xs, [history[i][key] for i in xs], lw=1)
             ax.set_xlabel("iteration")
@@ -122,8 +124,7 @@ class StageContext:
     # ---------------------------------------------------------------- models
     def register_policy(self, output: str, module, spec: dict, input_example) -> str:
         name = self.model_names[output]
-        return tracking.register_policy(self.mlflow_run_id, name, module, spec, input_example, self.lineage,
-                                        self.alias)
+        return tracking.register_policy(self.mlflow_run_id, name, module, spec, input_example, self.lineage, self.alias)
 
     def load_policy(self, uri: str):
         return tracking.load_policy(uri)

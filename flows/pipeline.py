@@ -18,10 +18,10 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from llp.flows.ledger import Ledger
-from llp.infra.services import Service, prefect_env, start_prefect
 from llp.config.pipeline import PipelineConfig, config_hash, resolved
 from llp.config.schema import build
+from llp.flows.ledger import Ledger
+from llp.infra.services import Service, prefect_env, start_prefect
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_DIRS = ("llp/sim", "llp/learn", "llp/config", "stages", "actors")
@@ -70,15 +70,25 @@ def prepare_prefect(run_root: Path) -> Service | None:
     return service
 
 
-def run_pipeline(cfg: PipelineConfig, run_id: str, *, from_stage: str | None = None, until_stage: str | None = None,
-                 force: list[str] | None = None, stream=None) -> PipelineResult:
+def run_pipeline(
+    cfg: PipelineConfig,
+    run_id: str,
+    *,
+    from_stage: str | None = None,
+    until_stage: str | None = None,
+    force: list[str] | None = None,
+    stream=None,
+) -> PipelineResult:
     """Run (or resume) pipeline ``run_id``: stages in order between from_stage and until_stage."""
     import sys
 
     stream = stream or sys.stdout
     stages = list(cfg.stages)
-    for name, label in ((from_stage, "--from-stage"), (until_stage, "--until-stage"), *[(f, "--force") for f in
-                                                                                         force or []]):
+    for name, label in (
+        (from_stage, "--from-stage"),
+        (until_stage, "--until-stage"),
+        *[(f, "--force") for f in force or []],
+    ):
         if name is not None and name not in stages:
             raise ValueError(f"{label} {name!r}: not a stage of this pipeline ({', '.join(stages)})")
     first = stages.index(from_stage) if from_stage else 0
@@ -92,8 +102,13 @@ def run_pipeline(cfg: PipelineConfig, run_id: str, *, from_stage: str | None = N
 
     (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved(cfg), sort_keys=False))
     ledger = Ledger(run_dir / "ledger.json")
-    ledger.set(run_id=run_id, profile=cfg.profile, created=ledger.data.get("created") or time.time(),
-               stages_selected=selected, state="running")
+    ledger.set(
+        run_id=run_id,
+        profile=cfg.profile,
+        created=ledger.data.get("created") or time.time(),
+        stages_selected=selected,
+        state="running",
+    )
 
     from llp.flows import tracking  # imports mlflow
 
@@ -102,9 +117,10 @@ def run_pipeline(cfg: PipelineConfig, run_id: str, *, from_stage: str | None = N
     import mlflow
 
     if parent is None:
-        with mlflow.start_run(run_name=f"pipeline {run_id}", tags={"llp.pipeline_run": run_id,
-                                                                   "llp.kind": "pipeline",
-                                                                   "llp.profile": cfg.profile}) as run:
+        with mlflow.start_run(
+            run_name=f"pipeline {run_id}",
+            tags={"llp.pipeline_run": run_id, "llp.kind": "pipeline", "llp.profile": cfg.profile},
+        ) as run:
             parent_id = run.info.run_id
             from llp.flows.context import flatten
 
@@ -121,23 +137,44 @@ def run_pipeline(cfg: PipelineConfig, run_id: str, *, from_stage: str | None = N
     code = code_version()
 
     def cache_key_fn(_ctx, params: dict) -> str:
-        return stage_cache_key(params["stage"], params["stage_cfg"], params["resources"], params["input_versions"],
-                               params["code"])
+        return stage_cache_key(
+            params["stage"], params["stage_cfg"], params["resources"], params["input_versions"], params["code"]
+        )
 
-    @task(task_run_name="{stage}", cache_key_fn=cache_key_fn, persist_result=True, result_storage=results_dir,
-          result_serializer="json")
-    def stage_task(stage: str, stage_cfg: dict, resources: dict, inputs: dict, input_versions: dict,
-                   code: str) -> dict:
-        return execute_stage(cfg, run_id, run_dir, stage, stage_cfg, resources, inputs, input_versions, code,
-                             parent_id, ledger, task_run.run_count, stream)
+    @task(
+        task_run_name="{stage}",
+        cache_key_fn=cache_key_fn,
+        persist_result=True,
+        result_storage=results_dir,
+        result_serializer="json",
+    )
+    def stage_task(stage: str, stage_cfg: dict, resources: dict, inputs: dict, input_versions: dict, code: str) -> dict:
+        return execute_stage(
+            cfg,
+            run_id,
+            run_dir,
+            stage,
+            stage_cfg,
+            resources,
+            inputs,
+            input_versions,
+            code,
+            parent_id,
+            ledger,
+            task_run.run_count,
+            stream,
+        )
 
     @flow(name=cfg.name, log_prints=False)
     def llp_pipeline(run_id: str, stages: list[str]) -> dict:
         from llp.stages.registry import STAGES
 
         ledger.set(prefect_flow_run=str(flow_run.id), prefect_api=os.environ.get("PREFECT_API_URL"))
-        print(f"[llp] pipeline run {run_id}: Prefect flow run {flow_run.id} ({os.environ.get('PREFECT_API_URL')})",
-              file=stream, flush=True)
+        print(
+            f"[llp] pipeline run {run_id}: Prefect flow run {flow_run.id} ({os.environ.get('PREFECT_API_URL')})",
+            file=stream,
+            flush=True,
+        )
         print(f"[llp] MLflow: {tracking.run_link(parent_id)}", file=stream, flush=True)
         outputs: dict[str, dict] = {}
         resources = resolved(cfg)["resources"]
@@ -147,35 +184,40 @@ def run_pipeline(cfg: PipelineConfig, run_id: str, *, from_stage: str | None = N
             typed = build(spec.config, stage_cfg, f"stages.{name}")
             inputs = {}
             for input_name, upstream in spec.inputs(typed).items():
-                inputs[input_name] = outputs.get(upstream, {}).get(input_name) or _resolve_upstream(
-                    upstream, run_id)
-            input_versions = {k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}"
-                              for k, v in inputs.items()}
+                inputs[input_name] = outputs.get(upstream, {}).get(input_name) or _resolve_upstream(upstream, run_id)
+            input_versions = {
+                k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
+            }
             started = time.time()
             refresh = name in (force or [])
-            state = stage_task.with_options(retries=getattr(typed, "retries", 0), retry_delay_seconds=1,
-                                            refresh_cache=refresh)(
-                name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
+            state = stage_task.with_options(
+                retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=refresh
+            )(name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
             if state.is_failed() or state.is_crashed():
                 err = state.result(raise_on_failure=False)
                 ledger.stage_update(name, state="failed", ended=time.time(), error=repr(err))
-                raise RuntimeError(f"stage {name} failed: {err!r}") from (err if isinstance(err, BaseException)
-                                                                           else None)
+                raise RuntimeError(f"stage {name} failed: {err!r}") from (
+                    err if isinstance(err, BaseException) else None
+                )
             result = state.result()
             cached = state.name == "Cached"
             if cached and not _outputs_exist(result.get("outputs", {})):
                 # the cache points at models this registry no longer has: compute them again
-                state = stage_task.with_options(retries=getattr(typed, "retries", 0), retry_delay_seconds=1,
-                                                refresh_cache=True)(
-                    name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
+                state = stage_task.with_options(
+                    retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=True
+                )(name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
                 result, cached = state.result(), False
             for uri in result.get("outputs", {}).values():
                 if isinstance(uri, str) and uri.startswith("models:/"):
                     tracking.set_alias(uri, f"run-{run_id}")
             outputs[name] = result.get("outputs", {})
-            entry = {"state": "cached" if cached else "completed", "outputs": outputs[name],
-                     "cache_key": result.get("cache_key"), "mlflow_run": result.get("mlflow_run_id"),
-                     "ended": time.time()}
+            entry = {
+                "state": "cached" if cached else "completed",
+                "outputs": outputs[name],
+                "cache_key": result.get("cache_key"),
+                "mlflow_run": result.get("mlflow_run_id"),
+                "ended": time.time(),
+            }
             if cached:
                 entry.update(started=started, cached_from=result.get("pipeline_run"))
             ledger.stage_update(name, **entry)
@@ -217,7 +259,7 @@ def _outputs_exist(outputs: dict) -> bool:
     client = MlflowClient()
     for uri in outputs.values():
         if isinstance(uri, str) and uri.startswith("models:/"):
-            name, version = uri[len("models:/"):].rsplit("/", 1)
+            name, version = uri[len("models:/") :].rsplit("/", 1)
             try:
                 client.get_model_version(name, version)
             except Exception:
@@ -225,15 +267,27 @@ def _outputs_exist(outputs: dict) -> bool:
     return True
 
 
-def execute_stage(cfg: PipelineConfig, run_id: str, run_dir: Path, stage: str, stage_cfg: dict, resources: dict,
-                  inputs: dict, input_versions: dict, code: str, parent_id: str, ledger: Ledger, attempt: int,
-                  stream) -> dict:
+def execute_stage(
+    cfg: PipelineConfig,
+    run_id: str,
+    run_dir: Path,
+    stage: str,
+    stage_cfg: dict,
+    resources: dict,
+    inputs: dict,
+    input_versions: dict,
+    code: str,
+    parent_id: str,
+    ledger: Ledger,
+    attempt: int,
+    stream,
+) -> dict:
     """The body of a stage task: find or start the stage's MLflow run, build its context, run the stage."""
     import mlflow
 
+    from llp.config.pipeline import ResourcesConfig
     from llp.flows import tracking
     from llp.flows.context import StageContext, flatten
-    from llp.config.pipeline import ResourcesConfig
     from llp.stages.registry import STAGES
 
     spec = STAGES[stage]
@@ -253,17 +307,34 @@ def execute_stage(cfg: PipelineConfig, run_id: str, run_dir: Path, stage: str, s
     }
     seed = cfg.seed + 7919 * (list(cfg.stages).index(stage) + 1)
     try:
-        with mlflow.start_run(run_id=resume_id, run_name=None if resume_id else stage, parent_run_id=parent_id,
-                              tags=None if resume_id else {**identity, "llp.kind": "stage"}) as run:
+        with mlflow.start_run(
+            run_id=resume_id,
+            run_name=None if resume_id else stage,
+            parent_run_id=parent_id,
+            tags=None if resume_id else {**identity, "llp.kind": "stage"},
+        ) as run:
             if resume_id is None:
-                mlflow.log_params({k: v[:6000] for k, v in flatten({"stage": stage_cfg, "resources": resources,
-                                                                     "inputs": inputs}).items()})
+                mlflow.log_params(
+                    {
+                        k: v[:6000]
+                        for k, v in flatten({"stage": stage_cfg, "resources": resources, "inputs": inputs}).items()
+                    }
+                )
             ledger.stage_update(stage, mlflow_run=run.info.run_id, mlflow_link=tracking.run_link(run.info.run_id))
-            print(f"[llp] {stage}: MLflow run {tracking.run_link(run.info.run_id)}"
-                  + (" (resumed)" if resume_id else ""), file=stream, flush=True)
+            print(
+                f"[llp] {stage}: MLflow run {tracking.run_link(run.info.run_id)}" + (" (resumed)" if resume_id else ""),
+                file=stream,
+                flush=True,
+            )
             ctx = StageContext(
-                stage=stage, pipeline_run=run_id, run_dir=run_dir, mlflow_run_id=run.info.run_id, seed=seed,
-                resources=build(ResourcesConfig, resources), model_names=spec.outputs, lineage=lineage,
+                stage=stage,
+                pipeline_run=run_id,
+                run_dir=run_dir,
+                mlflow_run_id=run.info.run_id,
+                seed=seed,
+                resources=build(ResourcesConfig, resources),
+                model_names=spec.outputs,
+                lineage=lineage,
                 alias=f"run-{run_id}",
             )
             t0 = time.perf_counter()

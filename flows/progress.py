@@ -26,8 +26,10 @@ class ProgressBar:
         sps = metrics.get("perf/env_steps_per_s", 0.0)
         ret = metrics.get("episode/return", float("nan"))
         length = metrics.get("episode/length", float("nan"))
-        line = (f"{self.label} [{bar}] {done}/{self.total}  {sps:7.0f} env-steps/s  "
-                f"return {ret:8.2f}  ep-len {length:6.1f}  eta {eta:5.0f}s")
+        line = (
+            f"{self.label} [{bar}] {done}/{self.total}  {sps:7.0f} env-steps/s  "
+            f"return {ret:8.2f}  ep-len {length:6.1f}  eta {eta:5.0f}s"
+        )
         now = time.perf_counter()
         if self.tty:
             self.stream.write("\r" + line)

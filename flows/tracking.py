@@ -69,8 +69,9 @@ def find_run(tags: dict[str, str], experiment: str) -> Any | None:
     if exp is None:
         return None
     query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
-    runs = MlflowClient().search_runs([exp.experiment_id], query, order_by=["attributes.start_time DESC"],
-                                      max_results=1)
+    runs = MlflowClient().search_runs(
+        [exp.experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1
+    )
     return runs[0] if runs else None
 
 
@@ -96,13 +97,13 @@ def download_checkpoint(run_id: str, dst: Path) -> Path | None:
     if "checkpoints/latest.pt" not in names:
         return None
     dst.mkdir(parents=True, exist_ok=True)
-    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="checkpoints/latest.pt",
-                                                dst_path=str(dst))
+    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="checkpoints/latest.pt", dst_path=str(dst))
     return Path(local)
 
 
-def register_policy(run_id: str, model_name: str, module, spec: dict, input_example, tags: dict[str, str],
-                    alias: str) -> str:
+def register_policy(
+    run_id: str, model_name: str, module, spec: dict, input_example, tags: dict[str, str], alias: str
+) -> str:
     """Log ``module`` (torch.export / pt2 format, with an input example) in ``run_id``, register it as a new
     version of ``model_name`` with lineage ``tags`` and ``alias``; returns ``models:/name/version``."""
     import mlflow.pytorch

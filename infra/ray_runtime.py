@@ -14,8 +14,13 @@ def init_ray(log_dir: Path, num_cpus: float | None = None) -> str:
         return "attached"
     address = os.environ.get("RAY_ADDRESS")
     # actors must not start Prefect servers or talk to its API: keep Prefect settings out of their environment
-    env = {"PREFECT_API_URL": "", "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
+    env = {
+        "PREFECT_API_URL": "",
+        "PYTHONWARNINGS": "ignore",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     if address:
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
         return address

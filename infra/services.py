@@ -80,8 +80,9 @@ def stop_process_group(pid: int, timeout: float = 20.0) -> None:
 def _spawn(name: str, cmd: list[str], env: dict, log: Path, health_url: str, timeout: float) -> Service:
     log.parent.mkdir(parents=True, exist_ok=True)
     handle = open(log, "ab")
-    proc = subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.time() + timeout
     while not healthy(health_url):
         if proc.poll() is not None:
@@ -121,8 +122,19 @@ def start_prefect(home: Path, timeout: float = 180.0) -> Service:
     env.pop("PREFECT_API_URL", None)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    cmd = [str(BIN / "python"), "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
-           "--no-ui", "--analytics-off"]
+    cmd = [
+        str(BIN / "python"),
+        "-m",
+        "prefect",
+        "server",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-ui",
+        "--analytics-off",
+    ]
     service = _spawn("prefect server", cmd, env, home / "server.log", url + "/health", timeout)
     service.url = url
     info.write_text(json.dumps({"url": url, "pid": service.pid}))
@@ -130,18 +142,38 @@ def start_prefect(home: Path, timeout: float = 180.0) -> Service:
 
 
 # ------------------------------------------------------------------ MLflow
-def start_mlflow(store: Path, artifacts: str, port: int | None = None, env_extra: dict | None = None,
-                 timeout: float = 180.0) -> Service:
+def start_mlflow(
+    store: Path, artifacts: str, port: int | None = None, env_extra: dict | None = None, timeout: float = 180.0
+) -> Service:
     """``mlflow server`` with a SQLite store at ``store`` and artifacts at ``artifacts`` (a path or s3:// URI),
     proxied through the server (clients need no storage credentials)."""
     port = port or free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
-           "DO_NOT_TRACK": "true", **(env_extra or {})}
+    env = {
+        **os.environ,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "true",
+        **(env_extra or {}),
+    }
     store.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-           "--backend-store-uri", f"sqlite:///{store}", "--serve-artifacts", "--artifacts-destination", artifacts]
-    return _spawn("mlflow server", cmd, env, store.parent / "mlflow-server.log", f"http://127.0.0.1:{port}/health",
-                  timeout)
+    cmd = [
+        str(BIN / "mlflow"),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{store}",
+        "--serve-artifacts",
+        "--artifacts-destination",
+        artifacts,
+    ]
+    return _spawn(
+        "mlflow server", cmd, env, store.parent / "mlflow-server.log", f"http://127.0.0.1:{port}/health", timeout
+    )
 
 
 # ------------------------------------------------------------------ S3

@@ -56,8 +56,7 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     service = prepare_prefect(run_root)
     started_here = service is not None and service.proc is not None
     try:
-        result = run_pipeline(cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage,
-                              force=args.force)
+        result = run_pipeline(cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage, force=args.force)
     finally:
         if started_here and not args.keep_servers:
             service.stop()
@@ -114,8 +113,9 @@ def _print_status(run_root, run_id: str) -> None:
         if st.get("ended") and st.get("started"):
             dur = str(datetime.timedelta(seconds=int(st["ended"] - st["started"])))
         output = ", ".join(st.get("outputs", {}).values()) or "-"
-        rows.append((name, st.get("state", "?"), dur, output, str(st.get("executions", 0)),
-                     st.get("mlflow_run") or "-"))
+        rows.append(
+            (name, st.get("state", "?"), dur, output, str(st.get("executions", 0)), st.get("mlflow_run") or "-")
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
@@ -176,15 +176,23 @@ def build_parser() -> argparse.ArgumentParser:
     def pipeline_options(q: argparse.ArgumentParser, profile: bool = True) -> None:
         if profile:
             q.add_argument("--profile", default="local", help="conf/profile/<name>.yaml: smoke, local or cluster")
-        q.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                       help="override one config value (repeatable), e.g. stages.locomotion_teacher.iterations=10")
+        q.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY.PATH=VALUE",
+            help="override one config value (repeatable), e.g. stages.locomotion_teacher.iterations=10",
+        )
 
     def execution_options(q: argparse.ArgumentParser) -> None:
         q.add_argument("--from-stage", help="start at this stage (earlier outputs come from the registry)")
         q.add_argument("--until-stage", help="stop after this stage")
         q.add_argument("--force", action="append", default=[], metavar="STAGE", help="re-run STAGE even if cached")
-        q.add_argument("--keep-servers", action="store_true",
-                       help="leave the Prefect server this command started running for later commands")
+        q.add_argument(
+            "--keep-servers",
+            action="store_true",
+            help="leave the Prefect server this command started running for later commands",
+        )
 
     q = sub.add_parser("run", help="run the LLP pipeline (cached stages are skipped)")
     pipeline_options(q)
@@ -233,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    # a terminated `llp run` still stops the servers it started and marks its run failed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = build_parser().parse_args(argv)
     from llp.config.schema import ConfigError
 

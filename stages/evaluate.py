@@ -42,9 +42,10 @@ def run(ctx, cfg: EvaluateConfig, inputs: dict[str, str]) -> dict[str, str]:
 
     policy = ctx.load_policy(inputs["policy"])
     base = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
-    frozen = {"curriculum": {"enabled": False, "initial_levels": "spread",
-                             "initial_max_level": base.terrain.num_levels - 1},
-              "randomization": {"push_interval_s": None}}
+    frozen = {
+        "curriculum": {"enabled": False, "initial_levels": "spread", "initial_max_level": base.terrain.num_levels - 1},
+        "randomization": {"push_interval_s": None},
+    }
     env_cfg = checked_env_config(cfg.task, cfg.robot, merge(cfg.env, frozen), "env")
     env = ParkourEnv(env_cfg, cfg.num_envs, seed=ctx.seed)
     types, levels = env_cfg.terrain.tile_types, env_cfg.terrain.num_levels
@@ -72,15 +73,20 @@ def run(ctx, cfg: EvaluateConfig, inputs: dict[str, str]) -> dict[str, str]:
             ids = np.arange(cfg.num_envs) if last else np.nonzero(done)[0]
             for i in ids:
                 finished = bool(done[i])
-                length = int(result.info["episode"]["length"][list(result.info["episode"]["env_ids"]).index(i)]) \
-                    if finished else int(env.episode_length[i])
-                episodes.append({
-                    "type": types[env.column[i]],
-                    "level": int(env.level[i]),
-                    "fell": bool(result.terminated[i]) if finished else False,
-                    "length": max(length, 1),
-                    "tracking": running_track[i] / max(length, 1),
-                })
+                length = (
+                    int(result.info["episode"]["length"][list(result.info["episode"]["env_ids"]).index(i)])
+                    if finished
+                    else int(env.episode_length[i])
+                )
+                episodes.append(
+                    {
+                        "type": types[env.column[i]],
+                        "level": int(env.level[i]),
+                        "fell": bool(result.terminated[i]) if finished else False,
+                        "length": max(length, 1),
+                        "tracking": running_track[i] / max(length, 1),
+                    }
+                )
                 running_track[i] = 0.0
             memory = memory.reset(result.terminated | result.truncated)
             obs = result.obs
@@ -90,13 +96,23 @@ def run(ctx, cfg: EvaluateConfig, inputs: dict[str, str]) -> dict[str, str]:
                 shown["episode/return"] = float(np.mean(done_returns))
             progress.update(step, shown)
     table = _tables(episodes, types, levels)
-    ctx.log_metrics({"eval/fall_rate": table["overall"]["fall_rate"],
-                     "eval/tracking": table["overall"]["tracking"],
-                     "eval/episode_length_s": table["overall"]["length"] * env_cfg.policy_dt,
-                     "eval/episodes": float(len(episodes))}, step=0)
+    ctx.log_metrics(
+        {
+            "eval/fall_rate": table["overall"]["fall_rate"],
+            "eval/tracking": table["overall"]["tracking"],
+            "eval/episode_length_s": table["overall"]["length"] * env_cfg.policy_dt,
+            "eval/episodes": float(len(episodes)),
+        },
+        step=0,
+    )
     for t in types:
-        ctx.log_metrics({f"eval/{t}/fall_rate": table["by_type"][t]["fall_rate"],
-                         f"eval/{t}/tracking": table["by_type"][t]["tracking"]}, step=0)
+        ctx.log_metrics(
+            {
+                f"eval/{t}/fall_rate": table["by_type"][t]["fall_rate"],
+                f"eval/{t}/tracking": table["by_type"][t]["tracking"],
+            },
+            step=0,
+        )
     ctx.log_json(table, "evaluation/table.json")
     ctx.log_figure(_figure(table, types, levels, inputs["policy"]), "evaluation/fall_rate.png")
     return {}
@@ -116,8 +132,10 @@ def _tables(episodes: list[dict], types: list[str], levels: int) -> dict:
     return {
         "overall": summary(episodes),
         "by_type": {t: summary([e for e in episodes if e["type"] == t]) for t in types},
-        "by_type_level": {t: [summary([e for e in episodes if e["type"] == t and e["level"] == lv])
-                              for lv in range(levels)] for t in types},
+        "by_type_level": {
+            t: [summary([e for e in episodes if e["type"] == t and e["level"] == lv]) for lv in range(levels)]
+            for t in types
+        },
     }
 
 

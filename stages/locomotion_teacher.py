@@ -62,8 +62,9 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
 
     env_cfg = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
     ctx.init_ray()
-    spec = PoolSpec(to_dict(env_cfg), to_dict(cfg.actor), to_dict(cfg.critic), to_dict(cfg.ppo),
-                    cfg.envs_per_actor, ctx.seed)
+    spec = PoolSpec(
+        to_dict(env_cfg), to_dict(cfg.actor), to_dict(cfg.critic), to_dict(cfg.ppo), cfg.envs_per_actor, ctx.seed
+    )
     pool = TrainingPool(ctx.resources, spec)
     try:
         start, history = ctx.restore_checkpoint(pool)
@@ -82,8 +83,13 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
         pool.close()
     ctx.log_learning_curve(history)
     default_pose = None
-    module, policy_spec = export_actor(actor, robot=env_cfg.robot.name, action_scale=env_cfg.robot.action_scale,
-                                       policy_dt=env_cfg.policy_dt, default_joint_pos=default_pose)
+    module, policy_spec = export_actor(
+        actor,
+        robot=env_cfg.robot.name,
+        action_scale=env_cfg.robot.action_scale,
+        policy_dt=env_cfg.policy_dt,
+        default_joint_pos=default_pose,
+    )
     # a batch of 2 in the example keeps the batch dimension dynamic in the exported program
     example = np.zeros((2, actor.num_frames * actor.obs_dim), dtype=np.float32)
     return {"policy": ctx.register_policy("policy", module, policy_spec.to_dict(), example)}

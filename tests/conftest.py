@@ -27,16 +27,26 @@ def services(tmp_path_factory):
     s3 = start_s3(root / "s3.log")
     started = [s3]
     try:
-        boto3.client("s3", endpoint_url=s3.url, **{k.lower(): v for k, v in creds.items()
-                                                   if k != "AWS_DEFAULT_REGION"},
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        mlflow = start_mlflow(root / "mlflow" / "mlflow.db", f"s3://{BUCKET}/artifacts",
-                              env_extra={**creds, "MLFLOW_S3_ENDPOINT_URL": s3.url})
+        boto3.client(
+            "s3",
+            endpoint_url=s3.url,
+            **{k.lower(): v for k, v in creds.items() if k != "AWS_DEFAULT_REGION"},
+            region_name="us-east-1",
+        ).create_bucket(Bucket=BUCKET)
+        mlflow = start_mlflow(
+            root / "mlflow" / "mlflow.db",
+            f"s3://{BUCKET}/artifacts",
+            env_extra={**creds, "MLFLOW_S3_ENDPOINT_URL": s3.url},
+        )
         started.append(mlflow)
         prefect = start_prefect(root / "prefect")
         started.append(prefect)
-        env = {**creds, "MLFLOW_TRACKING_URI": mlflow.url, "MLFLOW_S3_ENDPOINT_URL": s3.url,
-               "PREFECT_API_URL": prefect.url}
+        env = {
+            **creds,
+            "MLFLOW_TRACKING_URI": mlflow.url,
+            "MLFLOW_S3_ENDPOINT_URL": s3.url,
+            "PREFECT_API_URL": prefect.url,
+        }
         yield {"env": env, "s3": s3, "mlflow": mlflow, "prefect": prefect, "root": root}
     finally:
         for service in reversed(started):
@@ -46,8 +56,9 @@ def services(tmp_path_factory):
 def run_llp(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     """Run the real `llp` console script."""
     full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([str(BIN / "llp"), *args], cwd=ROOT, env=full, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [str(BIN / "llp"), *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture

@@ -25,9 +25,14 @@ def _spec(envs=4):
     from llp.config.schema import to_dict
 
     env = to_dict(env_config(overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}))
-    return PoolSpec(env, {"obs": ["policy/proprio", "policy/command", "policy/height_scan"], "hidden_dims": [16]},
-                    {"obs": ["critic/proprio", "critic/privileged"], "hidden_dims": [16]},
-                    {"num_steps": 4, "num_epochs": 1, "num_minibatches": 1}, envs, 0)
+    return PoolSpec(
+        env,
+        {"obs": ["policy/proprio", "policy/command", "policy/height_scan"], "hidden_dims": [16]},
+        {"obs": ["critic/proprio", "critic/privileged"], "hidden_dims": [16]},
+        {"num_steps": 4, "num_epochs": 1, "num_minibatches": 1},
+        envs,
+        0,
+    )
 
 
 def test_dead_simulator_actor_is_replaced_and_the_iteration_redone(ray_local):

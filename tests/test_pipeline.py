@@ -64,10 +64,18 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     # the artifacts really are in the S3 bucket: model, checkpoint, plots, evaluation table
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=services["s3"].url, region_name="us-east-1",
-                      aws_access_key_id="llp-test-key", aws_secret_access_key=SECRET)
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
-            for o in page.get("Contents", [])]
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=services["s3"].url,
+        region_name="us-east-1",
+        aws_access_key_id="llp-test-key",
+        aws_secret_access_key=SECRET,
+    )
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        for o in page.get("Contents", [])
+    ]
     assert any(k.endswith("checkpoints/latest.pt") for k in keys)
     assert any(k.endswith("plots/learning_curve.png") for k in keys)
     assert any(k.endswith("evaluation/fall_rate.png") for k in keys)
@@ -87,7 +95,9 @@ def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e-rerun")
     assert {n: (s["state"], s["executions"]) for n, s in book["stages"].items()} == {
-        "locomotion_teacher": ("cached", 0), "evaluate": ("cached", 0)}
+        "locomotion_teacher": ("cached", 0),
+        "evaluate": ("cached", 0),
+    }
     client = mlflow_client(services)
     versions = client.search_model_versions("name='llp-locomotion-teacher'")
     first = client.get_model_version_by_alias("llp-locomotion-teacher", "run-e2e")
@@ -116,8 +126,14 @@ def test_no_credential_reaches_params_tags_or_artifacts(services, smoke_run, tmp
 
 def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path, llp):
     env = {**services["env"], "LLP_INJECT_FAULT": "evaluate@0"}
-    sets = ["--set", f"run_root={tmp_path}", "--set", "stages.evaluate.retries=0",
-            "--set", "stages.locomotion_teacher.iterations=3"]
+    sets = [
+        "--set",
+        f"run_root={tmp_path}",
+        "--set",
+        "stages.evaluate.retries=0",
+        "--set",
+        "stages.locomotion_teacher.iterations=3",
+    ]
     failed = llp("run", *SMOKE, *sets, "--run-id", "resumable", env=env)
     assert failed.returncode == 1
     assert "llp resume resumable" in failed.stderr
@@ -138,9 +154,18 @@ def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path
 
 def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path, llp):
     env = {**services["env"], "LLP_INJECT_FAULT": "locomotion_teacher@1"}
-    sets = ["--set", f"run_root={tmp_path}", "--set", "stages.locomotion_teacher.retries=1",
-            "--set", "stages.locomotion_teacher.checkpoint_every=2", "--set", "stages.locomotion_teacher.iterations=4",
-            "--until-stage", "locomotion_teacher"]
+    sets = [
+        "--set",
+        f"run_root={tmp_path}",
+        "--set",
+        "stages.locomotion_teacher.retries=1",
+        "--set",
+        "stages.locomotion_teacher.checkpoint_every=2",
+        "--set",
+        "stages.locomotion_teacher.iterations=4",
+        "--until-stage",
+        "locomotion_teacher",
+    ]
     result = llp("run", *SMOKE, *sets, "--run-id", "retried", env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     book = ledger(tmp_path, "retried")

@@ -185,3 +185,9 @@ def test_terrain_tiles_know_their_geometry():
             # the height grid agrees with the recorded obstacle height at the obstacle's centre
             if o.kind in ("platform", "box"):
                 assert float(env_terrain.height_at(np.array(o.center[:2]))) == pytest.approx(o.height, abs=1e-6)
+
+
+def test_parkour_env_meets_the_backend_contract():
+    from llp.sim.interface import VecEnv
+
+    assert isinstance(make_env(), VecEnv)

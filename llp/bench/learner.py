@@ -36,10 +36,21 @@ def _rollout(actor: Actor, critic: Critic, T: int, N: int, recon: int | None) ->
     log_probs = torch.distributions.Normal(mean, std).log_prob(actions).sum(-1)
     dones = torch.rand(T, N) < 0.02
     return Rollout(
-        actor_obs=obs, critic_obs=torch.randn(T, N, critic.obs_dim), actions=actions, log_probs=log_probs,
-        means=mean, stds=std, values=torch.zeros(T, N, 1), rewards=torch.randn(T, N, 1), terminated=dones,
-        truncated=torch.zeros(T, N, dtype=torch.bool), final_values=torch.zeros(T, N, 1),
-        last_values=torch.zeros(N, 1), frames=frames, fresh=fresh, hidden=hidden,
+        actor_obs=obs,
+        critic_obs=torch.randn(T, N, critic.obs_dim),
+        actions=actions,
+        log_probs=log_probs,
+        means=mean,
+        stds=std,
+        values=torch.zeros(T, N, 1),
+        rewards=torch.randn(T, N, 1),
+        terminated=dones,
+        truncated=torch.zeros(T, N, dtype=torch.bool),
+        final_values=torch.zeros(T, N, 1),
+        last_values=torch.zeros(N, 1),
+        frames=frames,
+        fresh=fresh,
+        hidden=hidden,
         recon_targets=torch.randn(T, N, recon) if recon else None,
     )
 
@@ -61,17 +72,40 @@ def _measure(actor_cfg: dict, critic_cfg: dict, dims: dict, ppo_cfg: dict, recon
 
 def run(repeats: int = 3, threads: int = 1) -> dict:
     torch.set_num_threads(threads)
-    dims = {"policy": {"proprio": 69, "command": 3, "height_scan": 187, "depth": 64 * 36},
-            "critic": {"proprio": 69, "command": 3, "height_scan": 187, "privileged": 11}}
-    critic = {"obs": ["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"],
-              "hidden_dims": [512, 256, 128]}
+    dims = {
+        "policy": {"proprio": 69, "command": 3, "height_scan": 187, "depth": 64 * 36},
+        "critic": {"proprio": 69, "command": 3, "height_scan": 187, "privileged": 11},
+    }
+    critic = {
+        "obs": ["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"],
+        "hidden_dims": [512, 256, 128],
+    }
     teacher = _measure(
-        {"obs": ["policy/proprio", "policy/command", "policy/height_scan"], "num_frames": 5,
-         "hidden_dims": [512, 256, 128]}, critic, dims, {"num_steps": 24}, None, repeats)
+        {
+            "obs": ["policy/proprio", "policy/command", "policy/height_scan"],
+            "num_frames": 5,
+            "hidden_dims": [512, 256, 128],
+        },
+        critic,
+        dims,
+        {"num_steps": 24},
+        None,
+        repeats,
+    )
     student = _measure(
-        {"obs": ["policy/depth", "policy/proprio", "policy/command"], "encoder_dims": [512, 256], "gru_hidden": 256,
-         "hidden_dims": [512, 256, 128], "reconstruct": "critic/height_scan"}, critic, dims,
-        {"num_steps": 24, "bptt_length": 24, "recon_coef": 1.0}, 187, repeats)
+        {
+            "obs": ["policy/depth", "policy/proprio", "policy/command"],
+            "encoder_dims": [512, 256],
+            "gru_hidden": 256,
+            "hidden_dims": [512, 256, 128],
+            "reconstruct": "critic/height_scan",
+        },
+        critic,
+        dims,
+        {"num_steps": 24, "bptt_length": 24, "recon_coef": 1.0},
+        187,
+        repeats,
+    )
     return {
         "threads": threads,
         "num_envs": 64,

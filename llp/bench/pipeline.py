@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _llp(args: list[str], env: dict) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run([str(Path(sys.executable).parent / "llp"), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "llp"), *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"llp {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return time.perf_counter() - t0
@@ -39,10 +40,21 @@ def _rollout_rates(envs: int, rounds: int) -> tuple[float, float]:
     from llp.config.pipeline import ResourcesConfig
     from llp.config.schema import to_dict
 
-    spec = PoolSpec(to_dict(env_config()), {"obs": ["policy/proprio", "policy/command", "policy/height_scan"],
-                                            "num_frames": 5, "hidden_dims": [256, 128, 64]},
-                    {"obs": ["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"],
-                     "hidden_dims": [256, 128, 64]}, {"num_steps": 24}, envs, 0)
+    spec = PoolSpec(
+        to_dict(env_config()),
+        {
+            "obs": ["policy/proprio", "policy/command", "policy/height_scan"],
+            "num_frames": 5,
+            "hidden_dims": [256, 128, 64],
+        },
+        {
+            "obs": ["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"],
+            "hidden_dims": [256, 128, 64],
+        },
+        {"num_steps": 24},
+        envs,
+        0,
+    )
     pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.9), spec)
     try:
         pool.collect_only()  # warm-up: actor start, first rollout

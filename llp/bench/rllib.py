@@ -105,21 +105,36 @@ def rllib(num_envs: int, iterations: int) -> float:
     from ray.tune.registry import register_env
 
     cls = _vector_env_class()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=True,
-             logging_level="ERROR")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=True, logging_level="ERROR")
     try:
         register_env("llp_parkour", lambda cfg: cls(dict(cfg)))
         config = (
             RLlibPPOConfig()
             .environment("llp_parkour", env_config={"seed": 0}, normalize_actions=False, clip_actions=False)
-            .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs,
-                         gym_env_vectorize_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT,
-                         rollout_fragment_length=NUM_STEPS)
+            .env_runners(
+                num_env_runners=0,
+                num_envs_per_env_runner=num_envs,
+                gym_env_vectorize_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT,
+                rollout_fragment_length=NUM_STEPS,
+            )
             .learners(num_learners=0)
-            .training(train_batch_size_per_learner=num_envs * NUM_STEPS, minibatch_size=num_envs * NUM_STEPS // 4,
-                      num_epochs=5, lr=1e-3, gamma=0.99, lambda_=0.95, clip_param=0.2)
-            .rl_module(model_config={"fcnet_hiddens": HIDDEN, "fcnet_activation": "elu", "vf_share_layers": False,
-                                     "head_fcnet_hiddens": []})
+            .training(
+                train_batch_size_per_learner=num_envs * NUM_STEPS,
+                minibatch_size=num_envs * NUM_STEPS // 4,
+                num_epochs=5,
+                lr=1e-3,
+                gamma=0.99,
+                lambda_=0.95,
+                clip_param=0.2,
+            )
+            .rl_module(
+                model_config={
+                    "fcnet_hiddens": HIDDEN,
+                    "fcnet_activation": "elu",
+                    "vf_share_layers": False,
+                    "head_fcnet_hiddens": [],
+                }
+            )
             .resources(num_cpus_for_main_process=1)
         )
         algo = config.build_algo()

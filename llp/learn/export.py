@@ -44,7 +44,7 @@ class DeployableMLP(nn.Module):
         if actor.is_recurrent:
             raise NotImplementedError("recurrent export arrives with the depth student stage")
         self.num_frames, self.obs_dim = actor.num_frames, actor.obs_dim
-        self.normalizer = copy.deepcopy(actor.normalizer.norm)
+        self.normalizer = copy.deepcopy(actor.normalizer)
         self.head = copy.deepcopy(actor.head)
 
     def forward(self, stacked: torch.Tensor) -> torch.Tensor:

@@ -55,13 +55,18 @@ def _init_policy_head(mlp: nn.Module) -> None:
 
 
 class _Normalizer(nn.Module):
-    def __init__(self, dim: int, enabled: bool):
+    """Running normalisation, then a clip: a term that barely varies (a scan over flat ground) would
+    otherwise turn tiny deviations into huge inputs."""
+
+    def __init__(self, dim: int, enabled: bool, clip: float = 5.0):
         super().__init__()
-        self.enabled = enabled
+        self.enabled, self.clip = enabled, clip
         self.norm = EmpiricalNormalization(dim) if enabled else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x)
+        if not self.enabled:
+            return x
+        return self.norm(x).clamp(-self.clip, self.clip)
 
     def update(self, x: torch.Tensor) -> None:
         if self.enabled:

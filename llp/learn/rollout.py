@@ -82,6 +82,9 @@ class RolloutCollector:
         self.env, self.actor, self.critic = env, actor, critic
         self.num_steps = num_steps
         self.teachers = teachers or []
+        for teacher in self.teachers:  # experts label, they do not learn: eval mode, and no_grad in collect()
+            if hasattr(teacher.actor, "eval"):
+                teacher.actor.eval()
         self.stochastic = stochastic
         self.reward_groups = reward_groups
         if reward_groups:

@@ -108,8 +108,9 @@ class CurriculumConfig:
 
     def validate(self, path: str) -> None:
         check(self.initial_max_level >= 0, f"{path}.initial_max_level", "must be >= 0")
-        check(self.initial_levels in ("random", "spread"), f"{path}.initial_levels",
-              "allowed values: 'random', 'spread'")
+        check(
+            self.initial_levels in ("random", "spread"), f"{path}.initial_levels", "allowed values: 'random', 'spread'"
+        )
 
 
 @dataclass(kw_only=True)
@@ -137,6 +138,12 @@ class EnvConfig:
     )
     commands: CommandConfig = field(default_factory=CommandConfig, doc="Velocity commands.")
     rewards: dict[str, TermConfig] = field(default_factory=dict, doc="Reward terms by name with weights.")
+    only_positive_rewards: bool = field(
+        default=True,
+        doc="Clip each step's total reward at 0 (legged_gym's rule): while penalties outweigh the rewards, "
+        "ending the episode early must not look better than surviving. Per-group rewards (several value heads) "
+        "are not clipped.",
+    )
     terminations: TerminationConfig = field(default_factory=TerminationConfig, doc="Episode ends.")
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig, doc="Domain randomisation.")
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig, doc="Terrain curriculum.")

@@ -269,6 +269,8 @@ class ParkourEnv:
         terms = np.stack([fn(s) for fn in self.reward_fns], axis=1) if self.reward_fns else np.zeros((self.num_envs, 0))
         weighted = terms * self.reward_weights[None, :] * self.dt
         reward = weighted.sum(axis=1)
+        if cfg.only_positive_rewards:
+            reward = np.maximum(reward, 0.0)
         self.episode_return += reward
         self.episode_terms += weighted
 
