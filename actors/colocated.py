@@ -12,8 +12,8 @@ import os
 
 import torch
 
+from llp.actors.learner import HoldsLearner
 from llp.config.schema import build
-from llp.learn.checkpoint import load_checkpoint, save_checkpoint
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.learn.models import Actor, Critic
 from llp.learn.ppo import PPO
@@ -23,7 +23,7 @@ from llp.sim.config import EnvConfig
 from llp.sim.env import ParkourEnv
 
 
-class ColocatedWorker:
+class ColocatedWorker(HoldsLearner):
     def __init__(
         self,
         env_cfg: dict,
@@ -53,24 +53,5 @@ class ColocatedWorker:
             "num_envs": self.env.num_envs,
         }
 
-    def pid(self) -> int:
-        return os.getpid()
-
     def iteration(self) -> dict:
         return train_iteration(self.collector, self.ppo)
-
-    def weights(self) -> dict:
-        return {
-            "actor": self.ppo.actor.state_dict(),
-            "critic": None if self.ppo.critic is None else self.ppo.critic.state_dict(),
-        }
-
-    def save(self, path: str, iteration: int, history: list) -> str:
-        return str(save_checkpoint(path, self.ppo, iteration, history=history))
-
-    def load(self, path: str) -> dict:
-        state = load_checkpoint(path, self.ppo)
-        return {"iteration": state["iteration"], "history": state["history"]}
-
-    def actor_state(self) -> dict:
-        return self.ppo.actor.state_dict()

@@ -184,7 +184,10 @@ def run_pipeline(
             typed = build(spec.config, stage_cfg, f"stages.{name}")
             inputs = {}
             for input_name, upstream in spec.inputs(typed).items():
-                inputs[input_name] = outputs.get(upstream, {}).get(input_name) or _resolve_upstream(upstream, run_id)
+                # an input takes the upstream stage's output of the same name
+                inputs[input_name] = outputs.get(upstream, {}).get(input_name) or _resolve_upstream(
+                    upstream, input_name, run_id
+                )
             input_versions = {
                 k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
             }
@@ -236,13 +239,13 @@ def run_pipeline(
     return PipelineResult(run_id, "completed", ledger.data.get("prefect_flow_run"), outputs)
 
 
-def _resolve_upstream(stage: str, run_id: str) -> str:
+def _resolve_upstream(stage: str, output: str, run_id: str) -> str:
     """An input whose stage is not part of this invocation: this run's alias, else the newest version."""
     from mlflow import MlflowClient
 
     from llp.stages.registry import STAGES
 
-    name = next(iter(STAGES[stage].outputs.values()))
+    name = STAGES[stage].outputs[output]
     client = MlflowClient()
     try:
         return f"models:/{name}/{client.get_model_version_by_alias(name, f'run-{run_id}').version}"

@@ -107,15 +107,15 @@ def _print_status(run_root, run_id: str) -> None:
     print(f"\npipeline run {run_id}  profile {ledger.get('profile')}  state {ledger.get('state')}")
     print(f"Prefect flow run: {ledger.get('prefect_flow_run')}  ({ledger.get('prefect_api')})")
     print(f"MLflow: {ledger.get('mlflow_link')}")
-    rows = [("stage", "state", "duration", "output", "runs", "MLflow run")]
+    rows = [("stage", "state", "duration", "output", "runs", "MLflow")]
     for name, st in ledger.get("stages", {}).items():
         dur = ""
         if st.get("ended") and st.get("started"):
             dur = str(datetime.timedelta(seconds=int(st["ended"] - st["started"])))
         output = ", ".join(st.get("outputs", {}).values()) or "-"
-        rows.append(
-            (name, st.get("state", "?"), dur, output, str(st.get("executions", 0)), st.get("mlflow_run") or "-")
-        )
+        link = st.get("mlflow_link") or ""  # a clickable URL with a server, else the run id
+        shown = link if link.startswith("http") else (st.get("mlflow_run") or "-")
+        rows.append((name, st.get("state", "?"), dur, output, str(st.get("executions", 0)), shown))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))

@@ -13,7 +13,7 @@ class StageSpec:
     name: str
     config: type
     run: Callable  # run(ctx, cfg, inputs: {name: models:/ URI}) -> {output name: models:/ URI or value}
-    inputs: Callable  # cfg -> {input name: upstream stage name}
+    inputs: Callable  # cfg -> {input name: upstream stage}; the input is that stage's output of the same name
     outputs: dict[str, str]  # output name -> registered model name ("" for outputs that are not models)
     description: str
 
