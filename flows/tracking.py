@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -78,17 +80,10 @@ def find_run(tags: dict[str, str], experiment: str) -> Any | None:
 def log_checkpoint(run_id: str, path: Path, iteration: int) -> None:
     """Upload a training checkpoint as ``checkpoints/latest.pt`` (replacing the previous one)."""
     with tempfile.TemporaryDirectory() as tmp:
-        target = Path(tmp) / "latest.pt"
-        os.link(path, target) if _same_fs(path, tmp) else target.write_bytes(path.read_bytes())
+        target = Path(tmp) / "latest.pt"  # the artifact's name, whatever the local file is called
+        shutil.copyfile(path, target)
         MlflowClient().log_artifact(run_id, str(target), artifact_path="checkpoints")
     MlflowClient().log_metric(run_id, "checkpoint/iteration", iteration, step=iteration)
-
-
-def _same_fs(a: Path, b: str) -> bool:
-    try:
-        return os.stat(a).st_dev == os.stat(b).st_dev
-    except OSError:
-        return False
 
 
 def download_checkpoint(run_id: str, dst: Path) -> Path | None:
@@ -108,7 +103,8 @@ def register_policy(
     version of ``model_name`` with lineage ``tags`` and ``alias``; returns ``models:/name/version``."""
     import mlflow.pytorch
 
-    with mlflow.start_run(run_id=run_id, nested=True):
+    active = mlflow.active_run()
+    with nullcontext() if active is not None and active.info.run_id == run_id else mlflow.start_run(run_id=run_id):
         info = mlflow.pytorch.log_model(
             module,
             name="policy",

@@ -42,7 +42,7 @@ class DeployableMLP(nn.Module):
     def __init__(self, actor: Actor):
         super().__init__()
         if actor.is_recurrent:
-            raise NotImplementedError("recurrent export arrives with the depth student stage")
+            raise ValueError("exporting recurrent policies is not supported yet (it comes with the depth student)")
         self.num_frames, self.obs_dim = actor.num_frames, actor.obs_dim
         self.normalizer = copy.deepcopy(actor.normalizer)
         self.head = copy.deepcopy(actor.head)
