@@ -40,6 +40,7 @@ class PPO:
         self.optimizer = torch.optim.Adam(params, lr=cfg.learning_rate)
         self.learning_rate = cfg.learning_rate
         self.env_groups = env_groups  # [N] expert group of each env (DAgger weights)
+        self._stacked: torch.Tensor | None = None
         self.weights = torch.tensor(cfg.advantage_weights, dtype=torch.float32)
         if critic is not None and critic.cfg.num_heads != len(cfg.advantage_weights):
             raise ValueError(
@@ -72,7 +73,7 @@ class PPO:
         out: dict[str, torch.Tensor] = {}
         if kind == "flat":
             t, e = idx // N, idx % N
-            stacked = ro.stacked_frames()[t, e]
+            stacked = self._stacked[t, e]
             out["mean"] = self.actor.flat(stacked)
             out["t"], out["e"] = t, e
         else:
@@ -109,6 +110,8 @@ class PPO:
             rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values, cfg.gamma, cfg.lam
         )
         advantages = combine_advantages(adv, self.weights)
+        # the stacked input of every step, built once per update rather than once per minibatch
+        self._stacked = None if self.actor.is_recurrent else ro.stacked_frames()
         groups = None
         if self.env_groups is not None:
             groups = self.env_groups[None, :].expand(ro.num_steps, -1)
@@ -210,7 +213,8 @@ class PPO:
         T, N = ro.num_steps, ro.num_envs
         out = torch.zeros(T, N)
         if not self.actor.is_recurrent:
-            mean = self.actor.flat(ro.stacked_frames().reshape(T * N, *ro.stacked_frames().shape[2:]))
+            stacked = ro.stacked_frames()
+            mean = self.actor.flat(stacked.reshape(T * N, *stacked.shape[2:]))
             return self.actor.dist(mean).log_prob(ro.actions.reshape(T * N, -1)).reshape(T, N)
         L = self.cfg.window
         envs = torch.arange(N)
