@@ -17,8 +17,6 @@ from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.stages.common import checked_env_config
 
-OUTPUT_MODEL = "llp-locomotion-teacher"
-
 
 def _actor() -> ActorConfig:
     return ActorConfig(obs=["policy/proprio", "policy/command", "policy/height_scan"], num_frames=5)
@@ -59,6 +57,7 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
     from llp.config.schema import to_dict
     from llp.learn.export import export_actor
     from llp.learn.models import Actor
+    from llp.sim.robot import default_joint_positions, load_robot_spec
 
     env_cfg = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
     ctx.init_ray()
@@ -82,7 +81,10 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
     finally:
         pool.close()
     ctx.log_learning_curve(history)
-    default_pose = None
+    # what a deployment needs beside the network: joint target = default pose + action_scale * action
+    robot = load_robot_spec(env_cfg.robot).compile()
+    joints = [int(robot.actuator_trnid[a, 0]) for a in range(robot.nu)]
+    default_pose = default_joint_positions(env_cfg.robot, robot, joints)
     module, policy_spec = export_actor(
         actor,
         robot=env_cfg.robot.name,

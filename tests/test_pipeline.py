@@ -88,6 +88,8 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     spec = mlflow.models.get_model_info("models:/llp-locomotion-teacher@run-e2e").metadata["llp_policy_spec"]
     out = module(torch.zeros(3, spec["num_frames"] * spec["obs_dim"]))
     assert tuple(out.shape) == (3, spec["num_actions"]) == (3, 21)
+    # and knows what the actions mean: joint target = default pose + action_scale * action
+    assert len(spec["default_joint_pos"]) == 21 and spec["action_scale"] == 0.25
 
 
 def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from llp.learn.memory import Memory
 from llp.learn.models import Actor, Critic, gather, parse_refs
 from llp.learn.storage import Rollout
 
@@ -214,6 +213,3 @@ class RolloutCollector:
         self.stats.clear()
         self.term_sums, self.term_count = {}, 0
         return out
-
-    def memory_for_export(self) -> Memory:
-        return self.memory

@@ -5,19 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def quat_to_mat(q: np.ndarray) -> np.ndarray:
-    """[N, 4] unit quaternions -> [N, 3, 3] rotation matrices (body -> world)."""
-    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
-    return np.stack(
-        [
-            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-            np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-            np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-        ],
-        axis=1,
-    )
-
-
 def yaw_and_gravity(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Heading [N] and gravity direction in the body frame [N, 3] of unit quaternions [N, 4].
 
@@ -31,11 +18,6 @@ def yaw_and_gravity(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     g[:, 1] = -2.0 * (y * z + w * x)
     g[:, 2] = -1.0 + 2.0 * (x * x + y * y)
     return yaw, g
-
-
-def yaw_of_mat(R: np.ndarray) -> np.ndarray:
-    """Heading (rotation about world z) of [N, 3, 3] rotations."""
-    return np.arctan2(R[:, 1, 0], R[:, 0, 0])
 
 
 def yaw_quat(yaw: np.ndarray) -> np.ndarray:

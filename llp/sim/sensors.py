@@ -85,16 +85,6 @@ class DepthCameraConfig:
         check(0 <= self.near < self.far, f"{path}.far", "must be greater than near >= 0")
 
 
-def yaw_rotate(xy: np.ndarray, yaw: np.ndarray) -> np.ndarray:
-    """Rotate offsets ``xy`` [P, 2] by each env's ``yaw`` [N] -> [N, P, 2]."""
-    c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
-    x, y = xy[None, :, 0], xy[None, :, 1]
-    out = np.empty((len(yaw), len(xy), 2))
-    out[..., 0] = c * x - s * y
-    out[..., 1] = s * x + c * y
-    return out
-
-
 def height_scan(
     terrain: Terrain, points: np.ndarray, base_pos: np.ndarray, yaw: np.ndarray, base_height: float
 ) -> np.ndarray:
@@ -117,12 +107,6 @@ def foot_ray_heights(terrain: Terrain, points: np.ndarray, foot_pos: np.ndarray,
     n, f = foot_yaw.shape
     heights = terrain.height_around(foot_pos[:, :, :2].reshape(n * f, 2), foot_yaw.reshape(-1), points)
     return heights.reshape(n, f, -1)
-
-
-def contact_forces(sensordata: np.ndarray, adr: np.ndarray) -> np.ndarray:
-    """Net contact force vector on each body, [N, B, 3] (world frame), from the contact sensors."""
-    idx = adr[:, None] + np.arange(1, 4)[None, :]
-    return sensordata[:, idx]
 
 
 class DepthCamera:
