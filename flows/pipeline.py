@@ -108,6 +108,7 @@ def run_pipeline(
         created=ledger.data.get("created") or time.time(),
         stages_selected=selected,
         state="running",
+        ray_logs=ray_logs_location(run_dir / "ray"),
     )
 
     from llp.flows import tracking  # imports mlflow
@@ -237,6 +238,17 @@ def run_pipeline(
             return PipelineResult(run_id, "failed", ledger.data.get("prefect_flow_run"), {}, repr(err))
     ledger.set(state="completed", ended=time.time())
     return PipelineResult(run_id, "completed", ledger.data.get("prefect_flow_run"), outputs)
+
+
+def ray_logs_location(log_dir: Path) -> str:
+    """Where this run's Ray logs are, for the ledger and `llp status`."""
+    from llp.infra.ray_runtime import ray_temp_dir
+
+    if os.environ.get("RAY_ADDRESS"):
+        return f"on the Ray cluster at {os.environ['RAY_ADDRESS']} (session_latest/logs under its temp dir)"
+    temp = ray_temp_dir(log_dir)
+    shown = str(log_dir) if temp == log_dir else f"{log_dir} -> {temp}"
+    return f"{shown} (session_latest/logs)"
 
 
 def _resolve_upstream(stage: str, output: str, run_id: str) -> str:

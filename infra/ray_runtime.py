@@ -1,13 +1,87 @@
-"""Connecting to Ray: the cluster at RAY_ADDRESS, or a local instance that logs into the run directory."""
+"""Connecting to Ray: the cluster at RAY_ADDRESS, or a local instance whose logs are reachable from the run folder.
+
+A local Ray puts its Unix sockets under its temp dir, at
+``<temp>/session_<YYYY-MM-DD_HH-MM-SS_ffffff>_<pid>/sockets/plasma_store``, and
+a socket path may not exceed 107 bytes (103 on macOS). The run folder is used
+as that temp dir when the longest such path fits with room to spare;
+otherwise Ray runs in a short folder under ``LLP_RAY_TMPDIR`` (default: the
+system temp dir) and the run folder gets a link to it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
+import tempfile
 from pathlib import Path
+
+SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107  # bytes, without the terminating NUL
+TMPDIR_SETTING = "LLP_RAY_TMPDIR"
+
+
+class RayPathError(ValueError):
+    """No directory Ray could use keeps its socket paths under the AF_UNIX limit."""
+
+
+PID_DIGITS = 7  # Linux's largest pid_max is 4194304; this host's may be smaller, a cluster node's larger
+
+
+def socket_suffix_bytes() -> int:
+    """Bytes Ray appends to its temp dir for its longest socket path, with margin for what varies.
+
+    ``/session_`` + a microsecond timestamp + ``_<pid>`` + ``/sockets/plasma_store``, with room for
+    the longest pid Linux allows, plus 3 bytes for the ``.N`` suffix Ray adds when a socket name is taken.
+    """
+    timestamp = len("YYYY-MM-DD_HH-MM-SS_ffffff")
+    return len("/session_") + timestamp + 1 + PID_DIGITS + len("/sockets/plasma_store") + 3
+
+
+def fits(temp_dir: Path) -> bool:
+    return len(str(temp_dir).encode()) + socket_suffix_bytes() <= SOCKET_LIMIT
+
+
+def ray_temp_dir(log_dir: Path) -> Path:
+    """Where a local Ray for ``log_dir`` keeps its session: ``log_dir`` itself if its sockets fit, else a short
+    folder under LLP_RAY_TMPDIR (or the system temp dir). Raises ``RayPathError`` if neither fits. Creates nothing."""
+    path = Path(os.path.abspath(log_dir))
+    if path.is_symlink():  # a link made by an earlier start of this run: Ray runs where it points
+        path = path.resolve()
+    if fits(path):
+        return path
+    root = Path(os.path.abspath(os.environ.get(TMPDIR_SETTING) or tempfile.gettempdir()))
+    short = root / f"llp-ray-{hashlib.sha1(str(Path(os.path.abspath(log_dir))).encode()).hexdigest()[:8]}"
+    if not fits(short):
+        limit = SOCKET_LIMIT - socket_suffix_bytes()
+        raise RayPathError(
+            f"Ray's socket paths need a temp dir of at most {limit} bytes, and neither the run folder "
+            f"({path}) nor {short} is that short: set {TMPDIR_SETTING} (or TMPDIR) to a shorter directory, "
+            f"for example {TMPDIR_SETTING}=/tmp"
+        )
+    return short
+
+
+def check_local_ray(log_dir: Path) -> None:
+    """Fail before any work if a local Ray (no RAY_ADDRESS) could not start for this run folder."""
+    if not os.environ.get("RAY_ADDRESS"):
+        ray_temp_dir(log_dir)
+
+
+def prepare_temp_dir(log_dir: Path) -> Path:
+    """Create Ray's temp dir for ``log_dir``; if it lies elsewhere, ``log_dir`` becomes a link to it."""
+    temp = ray_temp_dir(log_dir)
+    temp.mkdir(parents=True, exist_ok=True)
+    link = Path(os.path.abspath(log_dir))
+    if temp != link and not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink():  # dangling: the temp dir was cleaned since
+            link.unlink()
+        link.symlink_to(temp, target_is_directory=True)
+    return temp
 
 
 def init_ray(log_dir: Path, num_cpus: float | None = None) -> str:
-    """Connect to ``RAY_ADDRESS`` if set, else start a local Ray (dashboard off, logs under ``log_dir``)."""
+    """Connect to ``RAY_ADDRESS`` if set, else start a local Ray (dashboard off, logs reachable at ``log_dir``)."""
     import ray
 
     if ray.is_initialized():
@@ -25,29 +99,16 @@ def init_ray(log_dir: Path, num_cpus: float | None = None) -> str:
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
         return address
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance; clusters keep their own auth
-    log_dir.mkdir(parents=True, exist_ok=True)
     ray.init(
         num_cpus=num_cpus if num_cpus is not None else os.cpu_count(),
         include_dashboard=False,
-        _temp_dir=str(_short_temp_dir(log_dir)),
+        _temp_dir=str(prepare_temp_dir(log_dir)),
         log_to_driver=False,
         runtime_env={"env_vars": env},
         configure_logging=True,
         logging_level="ERROR",
     )
     return "local"
-
-
-def _short_temp_dir(log_dir: Path) -> Path:
-    """Ray's session sockets must fit in 107 bytes: use the run folder when short enough, else /tmp."""
-    path = log_dir.resolve()
-    if len(str(path)) > 60:
-        import hashlib
-        import tempfile
-
-        path = Path(tempfile.gettempdir()) / f"llp-ray-{hashlib.sha1(str(log_dir).encode()).hexdigest()[:8]}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def shutdown_ray() -> None:

@@ -51,8 +51,10 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llp.flows.pipeline import prepare_prefect, run_pipeline
+    from llp.infra.ray_runtime import check_local_ray
 
     run_root = Path(cfg.run_root)
+    check_local_ray(run_root.resolve() / run_id / "ray")  # a path Ray cannot use fails here, before any work
     service = prepare_prefect(run_root)
     started_here = service is not None and service.proc is not None
     try:
@@ -107,6 +109,7 @@ def _print_status(run_root, run_id: str) -> None:
     print(f"\npipeline run {run_id}  profile {ledger.get('profile')}  state {ledger.get('state')}")
     print(f"Prefect flow run: {ledger.get('prefect_flow_run')}  ({ledger.get('prefect_api')})")
     print(f"MLflow: {ledger.get('mlflow_link')}")
+    print(f"Ray logs: {ledger.get('ray_logs', '-')}")
     rows = [("stage", "state", "duration", "output", "runs", "MLflow")]
     for name, st in ledger.get("stages", {}).items():
         dur = ""

@@ -33,7 +33,10 @@ def smoke_run(services, tmp_path_factory):
     """One smoke pipeline against the MLflow server + S3, then a re-run of it."""
     from tests.conftest import run_llp
 
-    root = tmp_path_factory.mktemp("runs")
+    # a run folder of 53 characters: inside the window where Ray's sockets used to overflow 107 bytes
+    base = tmp_path_factory.mktemp("runs")
+    root = base / ("r" * (45 - len(str(base)) - 1))
+    assert len(str(root)) == 45, "the pytest temp dir is too long for this test's window"
     env = {**services["env"]}
     first = run_llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "e2e", env=env)
     t0 = time.perf_counter()
@@ -203,5 +206,8 @@ def test_status_and_stages_commands(smoke_run, llp):
     assert status.returncode == 0
     assert "locomotion_teacher" in status.stdout and "models:/llp-locomotion-teacher/" in status.stdout
     assert "Prefect flow run" in status.stdout
+    # Ray ran outside the (too long) run folder, and the run folder links to its logs
+    assert f"Ray logs: {smoke_run['root'] / 'e2e' / 'ray'} -> " in status.stdout
+    assert (smoke_run["root"] / "e2e" / "ray" / "session_latest" / "logs").is_dir()
     stages = llp("stages")
     assert "locomotion_teacher" in stages.stdout and "llp-locomotion-teacher" in stages.stdout
