@@ -24,23 +24,38 @@ from llp.flows.ledger import Ledger
 from llp.infra.services import Service, prefect_env, start_prefect
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE_DIRS = ("llp/sim", "llp/learn", "llp/config", "stages", "actors")
+# what a stage computes depends on the science, config and stage code, and on the task and robot files its
+# config names by reference (conf/task/<task>.yaml, conf/robot/<robot>.yaml)
+CODE_DIRS = ("llp/sim", "llp/learn", "llp/config", "stages", "actors", "conf/task", "conf/robot")
 
 
 def code_version() -> str:
-    """Hash of the science, config and stage code (anything that changes what a stage computes)."""
+    """Hash of the science, config and stage code and of the task and robot configs."""
     h = hashlib.sha256()
     for folder in CODE_DIRS:
         for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix in (".py", ".xml", ".c") and path.is_file():
+            if path.suffix in (".py", ".xml", ".c", ".yaml") and path.is_file():
                 h.update(str(path.relative_to(ROOT)).encode())
                 h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
 
-def stage_cache_key(stage: str, stage_cfg: dict, resources: dict, input_versions: dict, code: str) -> str:
-    payload = {"stage": stage, "config": stage_cfg, "resources": resources, "inputs": input_versions, "code": code}
+def stage_cache_key(stage: str, stage_cfg: dict, resources: dict, input_versions: dict, code: str, seed: int) -> str:
+    """Everything that changes a stage's result: its config, resources, inputs, code and seed."""
+    payload = {
+        "stage": stage,
+        "config": stage_cfg,
+        "resources": resources,
+        "inputs": input_versions,
+        "code": code,
+        "seed": seed,
+    }
     return f"llp-{stage}-{config_hash(payload)}"
+
+
+def stage_seed(cfg: PipelineConfig, stage: str) -> int:
+    """Each stage's own seed, derived from the pipeline seed and the stage's place in the pipeline."""
+    return cfg.seed + 7919 * (list(cfg.stages).index(stage) + 1)
 
 
 @dataclass
@@ -139,7 +154,12 @@ def run_pipeline(
 
     def cache_key_fn(_ctx, params: dict) -> str:
         return stage_cache_key(
-            params["stage"], params["stage_cfg"], params["resources"], params["input_versions"], params["code"]
+            params["stage"],
+            params["stage_cfg"],
+            params["resources"],
+            params["input_versions"],
+            params["code"],
+            params["seed"],
         )
 
     @task(
@@ -149,7 +169,9 @@ def run_pipeline(
         result_storage=results_dir,
         result_serializer="json",
     )
-    def stage_task(stage: str, stage_cfg: dict, resources: dict, inputs: dict, input_versions: dict, code: str) -> dict:
+    def stage_task(
+        stage: str, stage_cfg: dict, resources: dict, inputs: dict, input_versions: dict, code: str, seed: int
+    ) -> dict:
         return execute_stage(
             cfg,
             run_id,
@@ -160,6 +182,7 @@ def run_pipeline(
             inputs,
             input_versions,
             code,
+            seed,
             parent_id,
             ledger,
             task_run.run_count,
@@ -187,7 +210,7 @@ def run_pipeline(
             for input_name, upstream in spec.inputs(typed).items():
                 # an input takes the upstream stage's output of the same name
                 inputs[input_name] = outputs.get(upstream, {}).get(input_name) or _resolve_upstream(
-                    upstream, input_name, run_id
+                    upstream, input_name, run_id, ledger, stream
                 )
             input_versions = {
                 k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
@@ -196,7 +219,7 @@ def run_pipeline(
             refresh = name in (force or [])
             state = stage_task.with_options(
                 retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=refresh
-            )(name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
+            )(name, stage_cfg, resources, inputs, input_versions, code, stage_seed(cfg, name), return_state=True)
             if state.is_failed() or state.is_crashed():
                 err = state.result(raise_on_failure=False)
                 ledger.stage_update(name, state="failed", ended=time.time(), error=repr(err))
@@ -209,7 +232,7 @@ def run_pipeline(
                 # the cache points at models this registry no longer has: compute them again
                 state = stage_task.with_options(
                     retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=True
-                )(name, stage_cfg, resources, inputs, input_versions, code, return_state=True)
+                )(name, stage_cfg, resources, inputs, input_versions, code, stage_seed(cfg, name), return_state=True)
                 result, cached = state.result(), False
             for uri in result.get("outputs", {}).values():
                 if isinstance(uri, str) and uri.startswith("models:/"):
@@ -251,21 +274,37 @@ def ray_logs_location(log_dir: Path) -> str:
     return f"{shown} (session_latest/logs)"
 
 
-def _resolve_upstream(stage: str, output: str, run_id: str) -> str:
-    """An input whose stage is not part of this invocation: this run's alias, else the newest version."""
+def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stream) -> str:
+    """An input whose stage is not part of this invocation, in order of authority:
+
+    1. the version this run's ledger recorded for that stage (it must still exist: never a silent substitute);
+    2. this run's alias ``run-<id>``;
+    3. for a run that never ran that stage, the newest version, announced as such.
+    """
     from mlflow import MlflowClient
 
     from llp.stages.registry import STAGES
 
     name = STAGES[stage].outputs[output]
+    recorded = ledger.data.get("stages", {}).get(stage, {}).get("outputs", {}).get(output)
+    if recorded:
+        if not _outputs_exist({output: recorded}):
+            raise ValueError(
+                f"input {output!r} of this run is {recorded} (recorded by its stage {stage!r}), but the registry "
+                f"no longer has that version: re-create it with `llp resume {run_id} --force {stage}`"
+            )
+        return recorded
     client = MlflowClient()
     try:
         return f"models:/{name}/{client.get_model_version_by_alias(name, f'run-{run_id}').version}"
     except Exception:
-        versions = client.search_model_versions(f"name='{name}'", order_by=["version_number DESC"], max_results=1)
-        if not versions:
-            raise ValueError(f"stage input {name} does not exist yet: run stage {stage!r} first") from None
-        return f"models:/{name}/{versions[0].version}"
+        pass
+    versions = client.search_model_versions(f"name='{name}'", order_by=["version_number DESC"], max_results=1)
+    if not versions:
+        raise ValueError(f"stage input {name} does not exist yet: run stage {stage!r} first")
+    uri = f"models:/{name}/{versions[0].version}"
+    print(f"[llp] input {output!r}: {uri}, the newest version (run {run_id} has not run {stage!r})", file=stream)
+    return uri
 
 
 def _outputs_exist(outputs: dict) -> bool:
@@ -292,6 +331,7 @@ def execute_stage(
     inputs: dict,
     input_versions: dict,
     code: str,
+    seed: int,
     parent_id: str,
     ledger: Ledger,
     attempt: int,
@@ -306,7 +346,7 @@ def execute_stage(
     from llp.stages.registry import STAGES
 
     spec = STAGES[stage]
-    key = stage_cache_key(stage, stage_cfg, resources, input_versions, code)
+    key = stage_cache_key(stage, stage_cfg, resources, input_versions, code, seed)
     ledger.stage_started(stage, attempt)
     print(f"[llp] {stage}: running (attempt {attempt})", file=stream, flush=True)
     identity = {"llp.pipeline_run": run_id, "llp.stage": stage, "llp.cache_key": key}
@@ -314,13 +354,12 @@ def execute_stage(
     resume_id = previous.info.run_id if previous is not None and previous.info.status != "FINISHED" else None
     lineage = {
         "llp.inputs": json.dumps(inputs, sort_keys=True),
-        "llp.config_hash": config_hash({"stage": stage_cfg, "resources": resources}),
+        "llp.config_hash": config_hash({"stage": stage_cfg, "resources": resources, "seed": seed}),
         "llp.code_version": code,
         "llp.pipeline_run": run_id,
         "llp.stage": stage,
         "llp.cache_key": key,
     }
-    seed = cfg.seed + 7919 * (list(cfg.stages).index(stage) + 1)
     try:
         with mlflow.start_run(
             run_id=resume_id,

@@ -211,3 +211,28 @@ def test_status_and_stages_commands(smoke_run, llp):
     assert (smoke_run["root"] / "e2e" / "ray" / "session_latest" / "logs").is_dir()
     stages = llp("stages")
     assert "locomotion_teacher" in stages.stdout and "llp-locomotion-teacher" in stages.stdout
+
+
+def test_seed_is_part_of_the_cache_key_and_a_deleted_input_is_never_substituted(services, tmp_path, llp):
+    """A new seed trains anew; a run whose recorded input is gone fails naming it, and never takes another run's."""
+    env = {**services["env"]}
+    sets = ["--set", f"run_root={tmp_path}", "--set", "stages.locomotion_teacher.iterations=2"]
+    teacher_only = [*sets, "--until-stage", "locomotion_teacher"]
+    first = llp("run", *SMOKE, *teacher_only, "--run-id", "seed0", env=env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    second = llp("run", *SMOKE, *teacher_only, "--set", "seed=7", "--run-id", "seed7", env=env)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    a, b = ledger(tmp_path, "seed0"), ledger(tmp_path, "seed7")
+    assert b["stages"]["locomotion_teacher"]["state"] == "completed"  # not "cached": the seed changed
+    assert b["stages"]["locomotion_teacher"]["executions"] == 1
+    version_a = a["stages"]["locomotion_teacher"]["outputs"]["policy"]
+    version_b = b["stages"]["locomotion_teacher"]["outputs"]["policy"]
+    assert version_a != version_b
+    client = mlflow_client(services)
+    client.delete_model_version("llp-locomotion-teacher", version_a.rsplit("/", 1)[1])
+    resumed = llp(
+        "resume", "seed0", "--run-root", str(tmp_path), "--from-stage", "evaluate", "--force", "evaluate", env=env
+    )
+    assert resumed.returncode == 1
+    assert version_a in resumed.stderr and "no longer has that version" in resumed.stderr
+    assert ledger(tmp_path, "seed0")["stages"].get("evaluate", {}).get("executions", 0) == 0

@@ -112,3 +112,43 @@ def test_every_penalty_is_declared_as_one():
 @pytest.mark.parametrize("name", sorted(R.REWARD_TERMS))
 def test_term_parameters_are_introspectable(name):
     assert isinstance(R.term_parameters(name), set)
+
+
+def test_undesired_contact_spares_hands_on_obstacle_tiles():
+    # bodies: torso, hand, foot, hand; env 0 walks on stairs, env 1 climbs a platform
+    s = TaskState(
+        dt=0.02,
+        body_contact_force=np.array([[0.0, 5.0, 50.0, 5.0], [0.0, 5.0, 50.0, 5.0]]),
+        undesired_bodies=np.array([True, True, False, True]),
+        hand_bodies=np.array([False, True, False, True]),
+        on_obstacle_tile=np.array([False, True]),
+    )
+    assert R.undesired_contact(s).tolist() == [2.0, 0.0]  # default: hands allowed on obstacle tiles only
+    assert R.undesired_contact(s, allow_hands="always").tolist() == [0.0, 0.0]
+    assert R.undesired_contact(s, allow_hands="never").tolist() == [2.0, 2.0]
+
+
+def test_heading_error_is_zero_without_a_heading_command():
+    # env 0 walks with a heading command, env 1 was told to stand still
+    s = state(heading_target=[1.0, 1.0], yaw=[0.0, 0.0])
+    s.heading_active = np.array([True, False])
+    assert np.allclose(R.heading_error(s), [1.0, 0.0])
+
+
+def test_env_marks_standing_envs_as_having_no_heading():
+    import torch
+
+    from llp.config.files import env_config
+    from llp.sim.env import ParkourEnv
+
+    cfg = env_config(overrides={"terrain": {"num_levels": 1, "tile_length": 6.0, "tile_width": 6.0, "border": 1.0}})
+    env = ParkourEnv(cfg, 4, seed=0)
+    env.command[:2] = 0.0  # standing still
+    env.command[2:, 0] = 0.5
+    env.heading_target[:] = env.state().yaw + 1.0
+    env.step(torch.zeros(4, env.num_actions))
+    s = env.state()
+    assert s.heading_active.tolist() == [False, False, True, True]
+    weight = cfg.rewards["heading_error"].weight
+    weighted = R.heading_error(s) * weight
+    assert weighted[0] == 0.0 and weighted[1] == 0.0 and (weighted[2:] < 0).all()

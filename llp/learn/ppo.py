@@ -50,21 +50,38 @@ class PPO:
 
     # ------------------------------------------------------------------ batches
     def _minibatches(self, ro: Rollout):
-        """Yield index sets: (time, env) flat indices for feed-forward actors, env subsets x windows otherwise."""
+        """Yield index sets: (time, env) flat indices for feed-forward actors, env subsets x windows otherwise.
+
+        Every sample (or window) lands in exactly one minibatch per epoch; sizes differ by at most one when
+        the count does not divide by ``num_minibatches``.
+        """
         T, N = ro.num_steps, ro.num_envs
         if not self.actor.is_recurrent:
-            perm = torch.randperm(T * N)
-            size = (T * N) // self.cfg.num_minibatches
-            for k in range(self.cfg.num_minibatches):
-                yield ("flat", perm[k * size : (k + 1) * size])
+            for chunk in torch.tensor_split(torch.randperm(T * N), self.cfg.num_minibatches):
+                yield ("flat", chunk)
         else:
             L = self.cfg.window
             windows = [(s, e) for s in range(0, T, L) for e in range(N)]
-            perm = torch.randperm(len(windows))
-            size = max(1, len(windows) // self.cfg.num_minibatches)
-            for k in range(self.cfg.num_minibatches):
-                chosen = [windows[i] for i in perm[k * size : (k + 1) * size].tolist()]
-                yield ("windows", chosen)
+            for chunk in torch.tensor_split(torch.randperm(len(windows)), self.cfg.num_minibatches):
+                yield ("windows", [windows[i] for i in chunk.tolist()])
+
+    def check_rollout(self, ro: Rollout) -> None:
+        """Refuse a rollout this learner cannot split: a clear error instead of dropped or empty minibatches."""
+        cfg = self.cfg
+        if self.actor.is_recurrent:
+            if ro.num_steps % cfg.window:
+                raise ValueError(
+                    f"rollout of {ro.num_steps} steps does not split into BPTT windows of {cfg.window} steps "
+                    "(bptt_length must divide num_steps)"
+                )
+            units, what = (ro.num_steps // cfg.window) * ro.num_envs, "BPTT windows"
+        else:
+            units, what = ro.num_steps * ro.num_envs, "samples"
+        if units < cfg.num_minibatches:
+            raise ValueError(
+                f"num_minibatches={cfg.num_minibatches} but the rollout has only {units} {what} "
+                f"({ro.num_steps} steps x {ro.num_envs} envs): a minibatch would be empty"
+            )
 
     def evaluate(self, ro: Rollout, batch) -> dict[str, torch.Tensor]:
         """Re-run the actor (and critic) on a minibatch; returns flat tensors over its samples."""
@@ -105,6 +122,7 @@ class PPO:
         """One iteration of learning on ``ro``; ``extra_rewards`` [T, N, H] (e.g. AMP style) join the rewards
         before GAE."""
         cfg = self.cfg
+        self.check_rollout(ro)
         rewards = ro.rewards if extra_rewards is None else ro.rewards + extra_rewards
         adv, returns = gae(
             rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values, cfg.gamma, cfg.lam

@@ -77,6 +77,7 @@ class ParkourEnv:
         self.base_qpos0 = 0  # free joint of the base is the first joint
         feet = set(cfg.robot.foot_bodies)
         self.undesired_bodies = np.array([b not in feet for b in sc.contact_bodies])
+        self.hand_bodies = np.array([b in set(cfg.robot.hand_bodies) for b in sc.contact_bodies])
         self.termination_bodies = np.array([b in set(cfg.robot.termination_bodies) for b in sc.contact_bodies])
         self.foot_sensor_idx = np.array([sc.contact_bodies.index(b) for b in cfg.robot.foot_bodies])
         self.scan_points = cfg.height_scan.points()
@@ -321,11 +322,11 @@ class ParkourEnv:
         sc, cfg = self.scene, self.cfg
         qpos, qvel = self.qpos, self.qvel
         yaw, gravity = yaw_and_gravity(qpos[:, 3:7])
+        standing = (self.command[:, 0] == 0) & (self.command[:, 1] == 0)
         if cfg.commands.heading_command:
             err = wrap_angle(self.heading_target - yaw)
             lo, hi = cfg.commands.ang_vel_yaw
             self.command[:, 2] = np.minimum(np.maximum(cfg.commands.heading_stiffness * err, lo), hi)
-            standing = (self.command[:, 0] == 0) & (self.command[:, 1] == 0)
             self.command[standing, 2] = 0.0
         forces = self.sensordata[:, self._force_idx]  # [N, B*3] net contact force per body, world frame
         forces *= forces
@@ -343,6 +344,7 @@ class ParkourEnv:
             yaw=yaw,
             command=self.command,
             heading_target=self.heading_target,
+            heading_active=~standing if cfg.commands.heading_command else np.zeros(self.num_envs, dtype=bool),
             joint_pos=qpos[:, sc.joint_qpos],
             joint_soft_limits=self.joint_soft_limits,
             actions=self.actions,
@@ -354,6 +356,8 @@ class ParkourEnv:
             foot_ray_heights=foot_ray_heights(self.terrain, self.foot_points, foot_pos, foot_yaw),
             body_contact_force=force_mag,
             undesired_bodies=self.undesired_bodies,
+            hand_bodies=self.hand_bodies,
+            on_obstacle_tile=self.tile_has_goal[self.tile_ids],
             termination_bodies=self.termination_bodies,
             base_height=qpos[:, 2] - ground,
         )

@@ -52,9 +52,16 @@ def velocity_slack(s: TaskState, low: float = 0.3, high: float = 1.5, min_comman
     return (gated & (ratio >= low) & (ratio <= high)).astype(np.float64)
 
 
-def undesired_contact(s: TaskState, threshold: float = 1.0) -> np.ndarray:
-    """Number of non-foot bodies pressed against anything harder than ``threshold`` newtons."""
+def undesired_contact(s: TaskState, threshold: float = 1.0, allow_hands: str = "obstacles") -> np.ndarray:
+    """Number of non-foot bodies pressed against anything harder than ``threshold`` newtons.
+
+    Hands are exempt where climbing and vaulting need them: ``allow_hands`` is "obstacles" (envs on an
+    obstacle tile: climbs, vaults, courses), "always", or "never".
+    """
     hits = (s.body_contact_force > threshold) & s.undesired_bodies[None, :]
+    if allow_hands != "never" and s.hand_bodies is not None:
+        where = np.ones(hits.shape[0], dtype=bool) if allow_hands == "always" else s.on_obstacle_tile
+        hits &= ~(s.hand_bodies[None, :] & where[:, None])
     return hits.sum(axis=1).astype(np.float64)
 
 
@@ -75,8 +82,10 @@ def illegal_footstep(s: TaskState, depth: float = 0.1, contact_threshold: float 
 
 
 def heading_error(s: TaskState) -> np.ndarray:
-    """|commanded heading - base heading|, radians in [0, pi]."""
-    return np.abs(_wrap(s.heading_target - s.yaw))
+    """|commanded heading - base heading|, radians in [0, pi]; 0 for envs with no heading command (standing
+    still, or heading commands off)."""
+    err = np.abs(_wrap(s.heading_target - s.yaw))
+    return err if s.heading_active is None else err * s.heading_active
 
 
 def opposite_direction(s: TaskState, min_command: float = 0.1) -> np.ndarray:

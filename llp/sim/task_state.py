@@ -21,6 +21,7 @@ class TaskState:
     yaw: np.ndarray | None = None  # [N] base heading, radians
     command: np.ndarray | None = None  # [N, 3] commanded (vx, vy, yaw rate), base frame
     heading_target: np.ndarray | None = None  # [N] commanded heading, radians
+    heading_active: np.ndarray | None = None  # [N] bool: a heading is commanded (not standing, heading on)
     joint_pos: np.ndarray | None = None  # [N, J]
     joint_soft_limits: np.ndarray | None = None  # [J, 2] lower/upper soft limits
     actions: np.ndarray | None = None  # [N, J] this step's actions
@@ -32,5 +33,7 @@ class TaskState:
     foot_ray_heights: np.ndarray | None = None  # [N, F, K] ground height under each foot ray, world z
     body_contact_force: np.ndarray | None = None  # [N, B] contact force magnitude on each sensed body, N
     undesired_bodies: np.ndarray | None = None  # [B] bool: bodies whose contact is penalised
+    hand_bodies: np.ndarray | None = None  # [B] bool: hands (allowed to touch obstacles)
+    on_obstacle_tile: np.ndarray | None = None  # [N] bool: the env's tile is a climb, vault or course
     termination_bodies: np.ndarray | None = None  # [B] bool: bodies whose contact ends the episode
     base_height: np.ndarray | None = None  # [N] base height above the ground under it, metres
