@@ -11,31 +11,18 @@ from __future__ import annotations
 import torch
 
 from llp.actors.learner import HoldsLearner
-from llp.actors.simulator import HostsEnv, build_env_and_models
-from llp.config.schema import build
-from llp.learn.configs import PPOConfig
-from llp.learn.ppo import PPO
-from llp.learn.rollout import RolloutCollector
-from llp.learn.runner import train_iteration
+from llp.actors.simulator import HostsEnv, build_env
+from llp.learn.learner import build_collector, build_learner, teacher_groups, train_iteration
+from llp.learn.spec import TrainSpec
 
 
 class ColocatedWorker(HostsEnv, HoldsLearner):
-    def __init__(
-        self,
-        env_cfg: dict,
-        num_envs: int,
-        seed: int,
-        actor_cfg: dict,
-        critic_cfg: dict | None,
-        ppo_cfg: dict,
-        threads: int = 1,
-        learner_threads: int = 1,
-    ):
+    def __init__(self, spec: TrainSpec, threads: int = 1, learner_threads: int = 1):
         torch.set_num_threads(learner_threads)
-        self.env, actor, critic = build_env_and_models(env_cfg, num_envs, seed, actor_cfg, critic_cfg, threads)
-        ppo = build(PPOConfig, ppo_cfg)
-        self.ppo = PPO(actor, critic, ppo)
-        self.collector = RolloutCollector(self.env, actor, critic, ppo.num_steps)
+        self.env = build_env(spec, 0, threads)
+        groups = teacher_groups(spec, self.env.course_state()["column"])
+        self.learner = build_learner(spec, self.env.obs_dims(), self.env.num_actions, groups)
+        self.collector = build_collector(self.env, spec, self.learner.actor, self.learner.ppo.critic)
 
     def iteration(self) -> dict:
-        return train_iteration(self.collector, self.ppo)
+        return train_iteration(self.collector, self.learner)

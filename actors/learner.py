@@ -1,65 +1,48 @@
-"""Learner actor: owns the networks and the optimiser, turns rollout batches into updated weights."""
+"""Learner actor: owns the networks, the optimiser and the discriminators; turns rollouts into new weights."""
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
-from llp.config.schema import build
-from llp.learn.checkpoint import load_checkpoint, save_checkpoint
-from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
-from llp.learn.models import Actor, Critic
-from llp.learn.ppo import PPO
+from llp.learn.learner import Learner, build_learner, teacher_groups
+from llp.learn.spec import TrainSpec
 from llp.learn.storage import Rollout
 
 
 class HoldsLearner:
-    """What every actor that owns a learner (``self.ppo``) answers: weights, checkpoints, the policy."""
+    """What every actor that owns a ``Learner`` answers: weights, checkpoints, the policy."""
 
-    ppo: PPO
+    learner: Learner
 
     def pid(self) -> int:
         return os.getpid()
 
     def weights(self) -> dict:
-        return {
-            "actor": self.ppo.actor.state_dict(),
-            "critic": None if self.ppo.critic is None else self.ppo.critic.state_dict(),
-        }
+        return self.learner.weights()
 
     def save(self, path: str, iteration: int, history: list) -> str:
-        return str(save_checkpoint(path, self.ppo, iteration, history=history))
+        return self.learner.save(path, iteration, history)
 
     def load(self, path: str) -> dict:
-        state = load_checkpoint(path, self.ppo)
-        return {"iteration": state["iteration"], "history": state["history"]}
+        return self.learner.load(path)
 
     def actor_state(self) -> dict:
-        return self.ppo.actor.state_dict()
+        return self.learner.actor.state_dict()
 
 
 class LearnerWorker(HoldsLearner):
-    """PPO (and DAgger) updates on rollouts gathered by simulator actors."""
+    """The stage's ``Learner`` on rollouts gathered by its simulator actors (joined along the env axis)."""
 
-    def __init__(
-        self,
-        obs_dims: dict,
-        num_actions: int,
-        actor_cfg: dict,
-        critic_cfg: dict | None,
-        ppo_cfg: dict,
-        seed: int,
-        threads: int = 1,
-    ):
+    def __init__(self, spec: TrainSpec, spaces: dict, num_sims: int, threads: int = 1):
         torch.set_num_threads(threads)
-        torch.manual_seed(seed)
-        actor = Actor(build(ActorConfig, actor_cfg), obs_dims, num_actions)
-        critic = Critic(build(CriticConfig, critic_cfg), obs_dims) if critic_cfg is not None else None
-        self.ppo = PPO(actor, critic, build(PPOConfig, ppo_cfg))
+        torch.manual_seed(spec.seed)
+        groups = teacher_groups(spec, np.tile(spaces["columns"], num_sims))
+        self.learner = build_learner(spec, spaces["obs_dims"], spaces["num_actions"], groups)
 
     def update(self, *rollouts: Rollout) -> tuple[dict, dict]:
-        """One learning step on the simulators' rollouts (joined along the env axis); returns (metrics, weights)."""
+        """One learning step; returns (metrics, weights)."""
         rollout = rollouts[0] if len(rollouts) == 1 else Rollout.concat_envs(list(rollouts))
-        metrics = self.ppo.update(rollout)
-        return metrics, self.weights()
+        return self.learner.update(rollout), self.weights()

@@ -11,33 +11,23 @@ and its ``collect`` call re-run on the replacement with the same weights
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import ray
 
 from llp.actors.colocated import ColocatedWorker
 from llp.actors.learner import LearnerWorker
 from llp.actors.simulator import SimulatorWorker
-from llp.config.pipeline import ResourcesConfig
-
-
-@dataclass
-class PoolSpec:
-    env_cfg: dict
-    actor_cfg: dict
-    critic_cfg: dict | None
-    ppo_cfg: dict
-    envs_per_actor: int
-    seed: int
+from llp.config.resources import ResourcesConfig
+from llp.learn.learner import iteration_metrics
+from llp.learn.spec import TrainSpec
 
 
 class TrainingPool:
-    """Creates the actors of one stage and runs its iterations."""
+    """Creates the actors of one stage from its ``TrainSpec`` and runs its iterations."""
 
-    def __init__(self, resources: ResourcesConfig, spec: PoolSpec):
+    def __init__(self, resources: ResourcesConfig, spec: TrainSpec):
         self.resources, self.spec = resources, spec
         self.mode = resources.mode
-        num_steps = spec.ppo_cfg.get("num_steps", 24)
         if self.mode == "colocated":
             remote = ray.remote(ColocatedWorker).options(
                 num_cpus=resources.sim_actor_cpus,
@@ -45,16 +35,7 @@ class TrainingPool:
                 max_restarts=resources.max_restarts,
                 max_task_retries=0,
             )
-            self.colocated = remote.remote(
-                spec.env_cfg,
-                spec.envs_per_actor,
-                spec.seed,
-                spec.actor_cfg,
-                spec.critic_cfg,
-                spec.ppo_cfg,
-                resources.sim_threads,
-                resources.learner_threads,
-            )
+            self.colocated = remote.remote(spec, resources.sim_threads, resources.learner_threads)
             self.spaces = ray.get(self.colocated.spaces.remote())
             self.sims, self.learner = [], None
             return
@@ -63,31 +44,12 @@ class TrainingPool:
             max_restarts=resources.max_restarts,
             max_task_retries=resources.task_retries,
         )
-        self.sims = [
-            sim_cls.remote(
-                spec.env_cfg,
-                spec.envs_per_actor,
-                spec.seed + 1000 * k,
-                spec.actor_cfg,
-                spec.critic_cfg,
-                num_steps,
-                resources.sim_threads,
-            )
-            for k in range(resources.sim_actors)
-        ]
+        self.sims = [sim_cls.remote(spec, k, resources.sim_threads) for k in range(resources.sim_actors)]
         self.spaces = ray.get(self.sims[0].spaces.remote())
         learner_cls = ray.remote(LearnerWorker).options(
             num_cpus=resources.learner_cpus, num_gpus=resources.learner_gpus
         )
-        self.learner = learner_cls.remote(
-            self.spaces["obs_dims"],
-            self.spaces["num_actions"],
-            spec.actor_cfg,
-            spec.critic_cfg,
-            spec.ppo_cfg,
-            spec.seed,
-            resources.learner_threads,
-        )
+        self.learner = learner_cls.remote(spec, self.spaces, len(self.sims), resources.learner_threads)
         self._weights = self.learner.weights.remote()
 
     @property
@@ -96,24 +58,19 @@ class TrainingPool:
 
     def iteration(self) -> dict:
         """One training iteration across the pool; returns its metrics."""
-        t0 = time.perf_counter()
         if self.mode == "colocated":
             metrics = ray.get(self.colocated.iteration.remote())
             metrics["perf/sim_actors"] = 1.0
             return metrics
+        t0 = time.perf_counter()
         results = [sim.collect.options(num_returns=2).remote(self._weights) for sim in self.sims]
-        rollouts = [r[0] for r in results]
         sim_metrics = ray.get([r[1] for r in results])
         t1 = time.perf_counter()
-        metrics_ref, self._weights = self.learner.update.options(num_returns=2).remote(*rollouts)
-        metrics = ray.get(metrics_ref)
+        learn_ref, self._weights = self.learner.update.options(num_returns=2).remote(*[r[0] for r in results])
+        learn = ray.get(learn_ref)
         t2 = time.perf_counter()
-        metrics.update(_merge(sim_metrics))
-        steps = self.spec.ppo_cfg.get("num_steps", 24) * self.num_envs
-        metrics["perf/collect_s"] = t1 - t0
-        metrics["perf/update_s"] = t2 - t1
-        metrics["perf/env_steps_per_s"] = steps / (t2 - t0)
-        metrics["perf/env_steps"] = float(steps)
+        steps = self.spec.ppo.num_steps * self.num_envs
+        metrics = iteration_metrics(learn, _merge(sim_metrics), steps, t1 - t0, t2 - t1)
         metrics["perf/sim_actors"] = float(len(self.sims))
         return metrics
 
@@ -123,34 +80,30 @@ class TrainingPool:
         chosen = self.sims[: actors or len(self.sims)]
         results = [sim.collect.options(num_returns=2).remote(self._weights) for sim in chosen]
         ray.get([r[1] for r in results])
-        return self.spec.ppo_cfg.get("num_steps", 24) * self.spaces["num_envs"] * len(chosen)
+        return self.spec.ppo.num_steps * self.spaces["num_envs"] * len(chosen)
 
     def save(self, path: str, iteration: int, history: list) -> str:
-        worker = self.colocated if self.mode == "colocated" else self.learner
-        return ray.get(worker.save.remote(path, iteration, history))
+        return ray.get(self._holder().save.remote(path, iteration, history))
 
     def load(self, path: str) -> dict:
-        worker = self.colocated if self.mode == "colocated" else self.learner
-        state = ray.get(worker.load.remote(path))
+        state = ray.get(self._holder().load.remote(path))
         if self.mode != "colocated":
             self._weights = self.learner.weights.remote()
         return state
 
     def actor_state(self) -> dict:
-        worker = self.colocated if self.mode == "colocated" else self.learner
-        return ray.get(worker.actor_state.remote())
+        return ray.get(self._holder().actor_state.remote())
 
     def sim_pids(self) -> list[int]:
         if self.mode == "colocated":
             return [ray.get(self.colocated.pid.remote())]
         return ray.get([s.pid.remote() for s in self.sims])
 
+    def _holder(self):
+        return self.colocated if self.mode == "colocated" else self.learner
+
     def close(self) -> None:
-        for actor in [
-            *self.sims,
-            *([self.learner] if self.learner is not None else []),
-            *([self.colocated] if self.mode == "colocated" else []),
-        ]:
+        for actor in [*self.sims, self._holder()]:
             ray.kill(actor)
 
 

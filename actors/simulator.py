@@ -1,4 +1,5 @@
-"""Simulator actor: one simulator instance with many envs, rolling out a copy of the current policy.
+"""Simulator actor: one simulator instance with many envs, a copy of the student, and the frozen teachers that
+label the states the student visits (each for its own env group).
 
 Plain Python class; ``actors.pool`` wraps it with ``ray.remote`` and resources.
 It imports neither Prefect nor MLflow, so Ray workers never start either.
@@ -10,24 +11,16 @@ import os
 
 import torch
 
-from llp.config.schema import build
-from llp.learn.configs import ActorConfig, CriticConfig
-from llp.learn.models import Actor, Critic
-from llp.learn.rollout import RolloutCollector
-from llp.sim.config import EnvConfig
+from llp.learn.learner import build_collector, build_networks
+from llp.learn.spec import TrainSpec
 from llp.sim.env import ParkourEnv
 
 
-def build_env_and_models(
-    env_cfg: dict, num_envs: int, seed: int, actor_cfg: dict, critic_cfg: dict | None, threads: int
-) -> tuple[ParkourEnv, Actor, Critic | None]:
-    """The simulator instance of an actor and the networks sized for its observations."""
+def build_env(spec: TrainSpec, index: int, threads: int) -> ParkourEnv:
+    """Simulator ``index`` of a stage: its own seed, the spec's env."""
+    seed = spec.seed + 1000 * index
     torch.manual_seed(seed)
-    env = ParkourEnv(build(EnvConfig, env_cfg), num_envs, seed=seed, threads=threads)
-    dims = env.obs_dims()
-    actor = Actor(build(ActorConfig, actor_cfg), dims, env.num_actions)
-    critic = Critic(build(CriticConfig, critic_cfg), dims) if critic_cfg is not None else None
-    return env, actor, critic
+    return ParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
 
 
 class HostsEnv:
@@ -41,6 +34,7 @@ class HostsEnv:
             "num_actions": self.env.num_actions,
             "pid": os.getpid(),
             "num_envs": self.env.num_envs,
+            "columns": self.env.course_state()["column"],
         }
 
     def pid(self) -> int:
@@ -48,24 +42,13 @@ class HostsEnv:
 
 
 class SimulatorWorker(HostsEnv):
-    """Hosts a ``ParkourEnv`` of ``num_envs`` envs and a policy copy; ``collect(weights)`` returns a rollout."""
+    """Hosts a ``ParkourEnv``, the student copy and the teachers; ``collect(weights)`` returns a rollout."""
 
-    def __init__(
-        self,
-        env_cfg: dict,
-        num_envs: int,
-        seed: int,
-        actor_cfg: dict,
-        critic_cfg: dict | None,
-        num_steps: int,
-        threads: int = 1,
-        reward_groups: list[list[str]] | None = None,
-    ):
+    def __init__(self, spec: TrainSpec, index: int, threads: int = 1):
         torch.set_num_threads(1)
-        self.env, self.actor, self.critic = build_env_and_models(
-            env_cfg, num_envs, seed, actor_cfg, critic_cfg, threads
-        )
-        self.collector = RolloutCollector(self.env, self.actor, self.critic, num_steps, reward_groups=reward_groups)
+        self.env = build_env(spec, index, threads)
+        self.actor, self.critic = build_networks(spec, self.env.obs_dims(), self.env.num_actions)
+        self.collector = build_collector(self.env, spec, self.actor, self.critic)
 
     def collect(self, weights: dict) -> tuple:
         """Load the broadcast weights, roll out ``num_steps`` steps of every env; returns (rollout, metrics)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llp.config.pipeline import ResourcesConfig
+from llp.config.resources import ResourcesConfig
 from llp.flows import tracking
 from llp.flows.progress import ProgressBar
 
@@ -126,8 +126,23 @@ class StageContext:
         name = self.model_names[output]
         return tracking.register_policy(self.mlflow_run_id, name, module, spec, input_example, self.lineage, self.alias)
 
+    def register_dataset(self, output: str, local: Path) -> str:
+        """Register a file or folder as this stage's output ``output`` (versioned, lineage-tagged)."""
+        return tracking.register_dataset(self.mlflow_run_id, self.model_names[output], local, self.lineage, self.alias)
+
+    def load_dataset(self, uri: str) -> Path:
+        """The files of an input dataset, downloaded into this run's folder."""
+        return tracking.download_dataset(uri, self.run_dir / "inputs" / self.stage)
+
     def load_policy(self, uri: str):
         return tracking.load_policy(uri)
+
+    def frozen_policy(self, uri: str):
+        """A registered policy as simulator actors host it (a teacher that labels states)."""
+        from llp.learn.spec import FrozenPolicy
+
+        program, spec = tracking.download_policy(uri)
+        return FrozenPolicy(uri, program, spec)
 
 
 def _metric_key(key: str) -> str:

@@ -340,7 +340,7 @@ def execute_stage(
     """The body of a stage task: find or start the stage's MLflow run, build its context, run the stage."""
     import mlflow
 
-    from llp.config.pipeline import ResourcesConfig
+    from llp.config.resources import ResourcesConfig
     from llp.flows import tracking
     from llp.flows.context import StageContext, flatten
     from llp.stages.registry import STAGES

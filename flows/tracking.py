@@ -1,10 +1,12 @@
-"""MLflow as the artifact bus: pipeline and stage runs, checkpoints, registered policies, lineage.
+"""MLflow as the artifact bus: pipeline and stage runs, checkpoints, registered policies and datasets, lineage.
 
 Naming: every stage output is a registered model ``llp-<stage output>`` (for
 example ``llp-locomotion-teacher``); each version carries lineage tags
 (``llp.inputs``, ``llp.config_hash``, ``llp.code_version``, ``llp.pipeline_run``,
-``llp.stage``) and the alias ``run-<pipeline run id>``. Downstream stages load
-their inputs by ``models:/`` URI only.
+``llp.stage``) and the alias ``run-<pipeline run id>``. Datasets (reference
+libraries, reports) are registered the same way, as versions whose source is a
+folder of the stage run's artifacts, tagged ``llp.kind=dataset``. Downstream
+stages load their inputs by ``models:/`` URI only.
 """
 
 from __future__ import annotations
@@ -123,6 +125,40 @@ def register_policy(
     return f"models:/{model_name}/{version}"
 
 
+def register_dataset(run_id: str, name: str, local: Path, tags: dict[str, str], alias: str) -> str:
+    """Upload ``local`` (a file or a folder: a reference library, a report) as artifacts of ``run_id`` and register
+    them as a new version of ``name``, with lineage ``tags``, the tag ``llp.kind=dataset`` and ``alias``. Returns
+    ``models:/name/version``: datasets travel the bus like policies, versioned and resolved by URI."""
+    client = MlflowClient()
+    local = Path(local)
+    if not local.exists():
+        raise ValueError(f"dataset {name}: {local} does not exist")
+    artifact_path = f"datasets/{name}"
+    if local.is_dir():
+        client.log_artifacts(run_id, str(local), artifact_path=artifact_path)
+    else:
+        client.log_artifact(run_id, str(local), artifact_path=artifact_path)
+    try:
+        client.get_registered_model(name)
+    except Exception:
+        client.create_registered_model(name, tags={"llp.kind": "dataset"})
+    version = client.create_model_version(
+        name, source=f"runs:/{run_id}/{artifact_path}", run_id=run_id, tags={**tags, "llp.kind": "dataset"}
+    ).version
+    client.set_registered_model_alias(name, alias, str(version))
+    return f"models:/{name}/{version}"
+
+
+def download_dataset(uri: str, dst: Path) -> Path:
+    """The files of dataset ``uri`` (any models:/ form), downloaded under ``dst``; returns their folder."""
+    resolved = resolve_model_uri(uri)
+    name, version = parse_model_uri(resolved)
+    if MlflowClient().get_model_version(name, version).tags.get("llp.kind") != "dataset":
+        raise ValueError(f"{uri} is not a dataset (a policy? load it with load_policy)")
+    dst.mkdir(parents=True, exist_ok=True)
+    return Path(mlflow.artifacts.download_artifacts(resolved, dst_path=str(dst)))
+
+
 def set_alias(model_uri: str, alias: str) -> None:
     name, version = parse_model_uri(model_uri)
     MlflowClient().set_registered_model_alias(name, alias, version)
@@ -140,17 +176,60 @@ def parse_model_uri(uri: str) -> tuple[str, str]:
     return name, version
 
 
+def resolve_model_uri(uri: str) -> str:
+    """``models:/NAME/VERSION`` for any model URI (a version, ``latest`` or ``@alias``), or a ValueError that says
+    what the registry has."""
+    if not uri.startswith("models:/"):
+        raise ValueError(f"expected a models:/ URI, got {uri!r}")
+    rest = uri[len("models:/") :]
+    name = rest.split("@", 1)[0] if "@" in rest else rest.rsplit("/", 1)[0]
+    client = MlflowClient()
+    versions = client.search_model_versions(f"name='{name}'", order_by=["version_number DESC"])
+    if not versions:
+        known = ", ".join(sorted(m.name for m in client.search_registered_models())) or "none"
+        raise ValueError(f"no registered model {name!r} in {mlflow.get_tracking_uri()} (registered: {known})")
+    if "@" in rest:
+        try:
+            return f"models:/{name}/{client.get_model_version_by_alias(name, rest.split('@', 1)[1]).version}"
+        except Exception:
+            raise ValueError(f"{uri}: model {name!r} has no such alias") from None
+    version = rest.rsplit("/", 1)[1]
+    if version == "latest":
+        return f"models:/{name}/{versions[0].version}"
+    if version not in {v.version for v in versions}:
+        have = ", ".join(v.version for v in versions)
+        raise ValueError(f"{uri}: model {name!r} has no version {version} (versions: {have})")
+    return f"models:/{name}/{version}"
+
+
 def load_policy(uri: str):
     """A registered policy as a ``LoadedPolicy`` (module + spec), from its ``models:/`` URI alone."""
     import mlflow.pytorch
 
     from llp.learn.export import LoadedPolicy, PolicySpec
 
+    name, version = parse_model_uri(uri)
+    if MlflowClient().get_model_version(name, version).tags.get("llp.kind") == "dataset":
+        raise ValueError(f"{uri} is a dataset, not a policy (download it with download_dataset)")
     module = mlflow.pytorch.load_model(uri)
     meta = mlflow.models.get_model_info(uri).metadata or {}
     if "llp_policy_spec" not in meta:
         raise ValueError(f"{uri} has no llp_policy_spec metadata: not a policy registered by this platform")
     return LoadedPolicy(module, PolicySpec(**meta["llp_policy_spec"]))
+
+
+def download_policy(uri: str) -> tuple[bytes, dict]:
+    """A registered policy as (its torch.export program's bytes, its policy spec): what Ray workers load
+    with ``llp.learn.export.load_pt2`` (the loaded module itself does not pickle)."""
+    meta = mlflow.models.get_model_info(uri).metadata or {}
+    if "llp_policy_spec" not in meta:
+        raise ValueError(f"{uri} has no llp_policy_spec metadata: not a policy registered by this platform")
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=tmp))
+        programs = list(local.rglob("*.pt2"))
+        if len(programs) != 1:
+            raise ValueError(f"{uri}: expected one pt2 program in the model, found {len(programs)}")
+        return programs[0].read_bytes(), dict(meta["llp_policy_spec"])
 
 
 def version_tags(uri: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ def _print_json(result: dict, as_json: bool) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from llp.config.pipeline import load_pipeline
+    from llp.stages.registry import load_pipeline
 
     return load_pipeline(args.profile, args.set)
 
@@ -36,11 +36,11 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_stages(args: argparse.Namespace) -> int:
-    from llp.stages.registry import STAGES
+    from llp.stages.registry import STAGES, stage_config
 
     cfg = _load(args)
     for name, spec in STAGES.items():
-        inputs = spec.inputs(cfg.stage(name)) if name in cfg.stages else {}
+        inputs = spec.inputs(stage_config(cfg, name)) if name in cfg.stages else {}
         outputs = ", ".join(f"{k} -> {v}" for k, v in spec.outputs.items()) or "metrics and pictures"
         where = "in pipeline" if name in cfg.stages else "not in this profile"
         print(f"{name}  ({where})\n    {spec.description}\n    inputs: {inputs or 'none'}; outputs: {outputs}")
@@ -89,6 +89,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     from llp.config.pipeline import PipelineConfig, apply_sets
     from llp.config.schema import build
+    from llp.stages.registry import check_pipeline
 
     root = Path(args.run_root)
     config_file = root / args.run / "config.yaml"
@@ -97,7 +98,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         print(f"llp: no pipeline run {args.run!r} under {root}/ (runs: {', '.join(runs) or 'none'})", file=sys.stderr)
         return 2
     data = apply_sets(yaml.safe_load(config_file.read_text()), args.set)
-    return _execute(build(PipelineConfig, data), args.run, args)
+    return _execute(check_pipeline(build(PipelineConfig, data)), args.run, args)
 
 
 def _print_status(run_root, run_id: str) -> None:
@@ -138,6 +139,78 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     _print_status(root, run)
     return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Evaluate any registered policy on fresh trials (the evaluate stage's protocol, outside a pipeline)."""
+    import dataclasses
+    import time
+    from pathlib import Path
+
+    from llp.flows.progress import ProgressBar
+    from llp.infra.ray_runtime import check_local_ray, init_ray, shutdown_ray
+    from llp.stages.evaluate import EvaluateConfig, evaluate_policy
+    from llp.stages.registry import stage_config
+
+    cfg = _load(args)
+    eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
+    if args.trials is not None:
+        if args.trials < 1:
+            print("llp: --trials must be >= 1", file=sys.stderr)
+            return 2
+        eval_cfg = dataclasses.replace(eval_cfg, trials=args.trials, transition_trials=args.trials)
+    run_root = Path(cfg.run_root).resolve()
+    out_dir = run_root / "evaluations" / time.strftime("%Y%m%d-%H%M%S")
+    check_local_ray(out_dir / "ray")
+    policy = None  # the stand-still baseline
+    if args.model != "stand-still":
+        from llp.flows import tracking
+        from llp.learn.spec import FrozenPolicy
+
+        tracking.configure(run_root, cfg.experiment)
+        uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before Ray starts
+        policy = FrozenPolicy(uri, *tracking.download_policy(uri))
+    init_ray(out_dir / "ray")
+    try:
+        report = evaluate_policy(policy, eval_cfg, cfg.resources, args.seed, ProgressBar("evaluate", 1).trials)
+    finally:
+        shutdown_ray()
+    from llp.evaluation.pictures import success_figure
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1))
+    success_figure(report).savefig(out_dir / "success.png", dpi=120)
+    _print_report(report)
+    print(f"report: {out_dir / 'report.json'}\npicture: {out_dir / 'success.png'}")
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "records"}))
+    return 0
+
+
+def _print_report(report: dict) -> None:
+    head = ("setting", "difficulty", "trials", "success", "95% CI", "fall", "stuck", "timeout", "track", "stand")
+    rows = [head]
+    for r in [*report["settings"], {**report, "tile_type": "all", "difficulty": "", "outcomes": report["outcomes"]}]:
+        n = sum(r["outcomes"].values())
+        rows.append(
+            (
+                r["tile_type"],
+                r["difficulty"],
+                str(n),
+                f"{100 * r['success_rate']:.1f}%",
+                f"[{100 * r['success_ci95'][0]:.1f}, {100 * r['success_ci95'][1]:.1f}]",
+                str(r["outcomes"]["fall"]),
+                str(r["outcomes"]["stuck"]),
+                str(r["outcomes"]["timeout"]),
+                f"{r['tracking_kernel']:.3f}",
+                f"{r['standing_tracking_kernel']:.3f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    print(f"\n{report['model']}: {report['trials']} trials")
+    print("(track: the velocity-tracking kernel; stand: the kernel of a robot standing still on the same commands)")
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -223,6 +296,19 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_options(q)
     q.set_defaults(fn=cmd_config)
 
+    q = sub.add_parser("evaluate", help="evaluate a registered policy on fresh trials (success with 95%% CIs)")
+    q.add_argument(
+        "--model",
+        required=True,
+        help="models:/NAME/VERSION, models:/NAME/latest, models:/NAME@ALIAS, or stand-still (the trivial baseline: "
+        "zero actions, the default pose held by PD, on the same trials)",
+    )
+    q.add_argument("--trials", type=int, help="trials per setting (default: the profile's stages.evaluate.trials)")
+    q.add_argument("--seed", type=int, default=12345, help="seed of the trial plan")
+    q.add_argument("--json", action="store_true", help="last line: the report as one JSON object")
+    pipeline_options(q)
+    q.set_defaults(fn=cmd_evaluate)
+
     b = sub.add_parser("bench", help="measure throughput (last line: one JSON object with --json)")
     b.add_argument("what", choices=["sim", "learner", "rllib", "pipeline"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -257,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llp: config error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
-        if args.command in ("run", "resume"):
+        if args.command in ("run", "resume", "evaluate"):
             print(f"llp: {err}", file=sys.stderr)
             return 2
         raise

@@ -1,9 +1,13 @@
-"""Evaluation: a registered policy on every terrain type and level, as tables and pictures.
+"""LLP stage 7, evaluation: a registered policy on fresh trials, with the paper's protocol.
 
-Envs are spread over all (type, level) tiles with the curriculum frozen; the
-policy acts deterministically (its action mean) for ``steps`` policy steps, and
-every finished or cut-off episode is scored: fall rate, episode length, and the
-velocity-tracking kernel per step (1 = perfect tracking).
+Every tile type of the task at every difficulty (climbs 45-75 cm in 5 cm steps,
+vaults 40-50 cm) is a setting; each setting gets ``trials`` spawn-to-goal
+trials (``transition_trials`` on transition courses), each with its own seed,
+each ending exactly once in success, fall, stuck or timeout
+(``llp.evaluation.trials``). Success rates carry Wilson 95% intervals; the
+velocity-tracking kernel is shown beside the kernel a robot standing still
+would score on the same commands. The same code runs as ``llp evaluate
+--model URI``.
 """
 
 from __future__ import annotations
@@ -15,147 +19,123 @@ from llp.config.schema import check, field
 from llp.stages.common import checked_env_config
 
 
+def _traverse() -> list[str]:
+    return ["stairs_up", "stairs_down"]
+
+
 @dataclass(kw_only=True)
 class EvaluateConfig:
-    """What to evaluate and on how much experience."""
+    """What to evaluate, and the protocol's trial counts and rules."""
 
     policy: str = field(default="locomotion_teacher", doc="Upstream stage whose 'policy' output is evaluated.")
     task: str = field(default="locomotion", doc="Task config (conf/task/).")
     robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task config (validated).")
-    num_envs: int = field(default=100, doc="Envs, spread evenly over (type, level) tiles.")
-    steps: int = field(default=500, doc="Policy steps per env (50 Hz: 500 = 10 s).")
+    trials: int = field(default=20, doc="Trials per setting (the paper: 500 per skill setting).")
+    transition_trials: int = field(default=20, doc="Trials per transition-course setting (the paper: 100).")
+    duration_s: float = field(default=10.0, doc="Longest trial, seconds.")
+    traverse_types: list[str] = field(
+        default_factory=_traverse, doc="Goal-less tile types crossed straight ahead (the others: follow commands)."
+    )
+    traverse_speed: float = field(default=0.5, doc="Forward command on traverse tiles, m/s.")
+    traverse_distance: float = field(
+        default=3.0, doc="Distance from the spawn that counts as crossing a traverse tile, metres."
+    )
+    stuck_s: float = field(default=4.0, doc="A trial without stuck_distance of progress for this long is stuck.")
+    stuck_distance: float = field(default=0.25, doc="Progress that counts, metres.")
+    envs_per_actor: int = field(default=64, doc="Envs per evaluator actor (trials run in waves of this size).")
     retries: int = field(default=1, doc="Prefect retries of this stage.")
 
     def validate(self, path: str) -> None:
-        check(self.num_envs >= 1, f"{path}.num_envs", "must be >= 1")
-        check(self.steps >= 1, f"{path}.steps", "must be >= 1")
-        checked_env_config(self.task, self.robot, self.env, path)
+        check(self.trials >= 1, f"{path}.trials", "must be >= 1")
+        check(self.transition_trials >= 1, f"{path}.transition_trials", "must be >= 1")
+        check(self.duration_s > 0, f"{path}.duration_s", "must be positive")
+        check(self.envs_per_actor >= 1, f"{path}.envs_per_actor", "must be >= 1")
+        check(self.stuck_s > 0 and self.stuck_distance > 0, f"{path}.stuck_s", "stuck_s and stuck_distance > 0")
+        env = self.env_config(path)
+        half = min(env.terrain.tile_length, env.terrain.tile_width) / 2
+        check(
+            0 < self.traverse_distance < half,
+            f"{path}.traverse_distance",
+            f"must be positive and less than half a tile ({half} m), or the robot leaves the tile first",
+        )
+        for i, t in enumerate(self.traverse_types):
+            check(t in env.terrain.tile_types, f"{path}.traverse_types[{i}]", f"{t!r} is not a tile type of the task")
+
+    def env_config(self, path: str = "env"):
+        """The task's env for evaluation: every difficulty present, curriculum frozen, no pushes, commands held
+        for the whole trial, episodes longer than a trial."""
+        from llp.config.schema import merge
+        from llp.evaluation.protocol import evaluation_levels
+
+        base = checked_env_config(self.task, self.robot, self.env, path)
+        frozen = {
+            "terrain": {"num_levels": evaluation_levels(base.terrain)},
+            "curriculum": {"enabled": False},
+            "randomization": {"push_interval_s": None},
+            "commands": {"resample_s": self.duration_s + 1.0},
+            "terminations": {"episode_length_s": self.duration_s + 1.0},
+        }
+        return checked_env_config(self.task, self.robot, merge(self.env, frozen), path)
+
+
+STAND_STILL = "baseline:stand-still"
+
+
+def evaluate_policy(policy, cfg: EvaluateConfig, resources, seed: int, on_progress=None) -> dict:
+    """Evaluate ``policy`` (a ``FrozenPolicy``, or None for the stand-still baseline) on fresh trials spread
+    over the Ray pool (which the caller has started); returns the report. The same seed gives the same trials,
+    whatever the policy."""
+    from llp.actors.evaluator import evaluate_on_pool
+    from llp.config.schema import to_dict
+    from llp.evaluation.protocol import plan_trials, settings_for, summarize
+    from llp.evaluation.trials import TrialRules
+
+    env_cfg = cfg.env_config()
+    uri, program, spec = (STAND_STILL, None, None) if policy is None else (policy.uri, policy.program, policy.spec)
+    sigma = (
+        env_cfg.rewards["lin_vel_tracking"].params.get("sigma", 0.25) if "lin_vel_tracking" in env_cfg.rewards else 0.25
+    )
+    rules = TrialRules(
+        duration_s=cfg.duration_s,
+        traverse_speed=cfg.traverse_speed,
+        traverse_distance=cfg.traverse_distance,
+        stuck_s=cfg.stuck_s,
+        stuck_distance=cfg.stuck_distance,
+        tracking_sigma=float(sigma),
+    )
+    settings = settings_for(env_cfg.terrain, cfg.trials, cfg.transition_trials, cfg.traverse_types)
+    trials = plan_trials(settings, seed)
+    records = evaluate_on_pool(
+        resources, to_dict(env_cfg), cfg.envs_per_actor, seed, program, spec, settings, trials, rules, on_progress
+    )
+    report = summarize(settings, records)
+    report.update(model=uri, seed=seed, task=cfg.task, robot=cfg.robot, rules=rules.__dict__)
+    report["records"] = [r.to_dict() for r in records]
+    return report
 
 
 def run(ctx, cfg: EvaluateConfig, inputs: dict[str, str]) -> dict[str, str]:
-    import numpy as np
-    import torch
-
-    from llp.config.schema import merge
-    from llp.sim.env import ParkourEnv
-
-    policy = ctx.load_policy(inputs["policy"])
-    base = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
-    frozen = {
-        "curriculum": {"enabled": False, "initial_levels": "spread", "initial_max_level": base.terrain.num_levels - 1},
-        "randomization": {"push_interval_s": None},
+    """Evaluate the upstream policy; metrics, the report and its picture go to the stage's MLflow run."""
+    uri = inputs["policy"]
+    ctx.init_ray()
+    bar = ctx.progress(1, 0, label="evaluate")
+    report = evaluate_policy(ctx.frozen_policy(uri), cfg, ctx.resources, ctx.seed, bar.trials)
+    ctx.fault_point(0)
+    metrics = {
+        "eval/success_rate": report["success_rate"],
+        "eval/fall_rate": report["fall_rate"],
+        "eval/tracking_kernel": report["tracking_kernel"],
+        "eval/standing_tracking_kernel": report["standing_tracking_kernel"],
+        "eval/trials": float(report["trials"]),
     }
-    env_cfg = checked_env_config(cfg.task, cfg.robot, merge(cfg.env, frozen), "env")
-    env = ParkourEnv(env_cfg, cfg.num_envs, seed=ctx.seed)
-    types, levels = env_cfg.terrain.tile_types, env_cfg.terrain.num_levels
-    obs = env.reset()
-    memory = policy.initial_memory(cfg.num_envs)
-    if "lin_vel_tracking" not in env_cfg.rewards:
-        raise ValueError("evaluation scores velocity tracking: the task needs a lin_vel_tracking reward term")
-    track_col = env.reward_names.index("lin_vel_tracking")
-    track_scale = env_cfg.rewards["lin_vel_tracking"].weight * env.dt
-    episodes = []
-    running_track = np.zeros(cfg.num_envs)
-    progress = ctx.progress(cfg.steps, 0, label="evaluate")
-    import time
+    for t, row in report["by_type"].items():
+        metrics[f"eval/{t}/success_rate"] = row["success_rate"]
+        metrics[f"eval/{t}/fall_rate"] = row["fall_rate"]
+        metrics[f"eval/{t}/tracking_kernel"] = row["tracking_kernel"]
+    ctx.log_metrics(metrics, step=0)
+    ctx.log_json(report, "evaluation/report.json")
+    from llp.evaluation.pictures import success_figure
 
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for step in range(cfg.steps):
-            ctx.fault_point(step)
-            action, memory, _ = policy.step(policy.observe(obs), memory)
-            result = env.step(action)
-            # the tracking kernel of this step, from the terms computed before any reset
-            running_track += result.info["weighted_terms"][:, track_col].numpy() / track_scale
-            done = (result.terminated | result.truncated).numpy()
-            last = step == cfg.steps - 1
-            ids = np.arange(cfg.num_envs) if last else np.nonzero(done)[0]
-            for i in ids:
-                finished = bool(done[i])
-                length = (
-                    int(result.info["episode"]["length"][list(result.info["episode"]["env_ids"]).index(i)])
-                    if finished
-                    else int(env.episode_length[i])
-                )
-                episodes.append(
-                    {
-                        "type": types[env.column[i]],
-                        "level": int(env.level[i]),
-                        "fell": bool(result.terminated[i]) if finished else False,
-                        "length": max(length, 1),
-                        "tracking": running_track[i] / max(length, 1),
-                    }
-                )
-                running_track[i] = 0.0
-            memory = memory.reset(result.terminated | result.truncated)
-            obs = result.obs
-            done_returns = result.info.get("episode", {}).get("return")
-            shown = {"perf/env_steps_per_s": (step + 1) * cfg.num_envs / (time.perf_counter() - t0)}
-            if done_returns is not None and len(done_returns):
-                shown["episode/return"] = float(np.mean(done_returns))
-            progress.update(step, shown)
-    table = _tables(episodes, types, levels)
-    ctx.log_metrics(
-        {
-            "eval/fall_rate": table["overall"]["fall_rate"],
-            "eval/tracking": table["overall"]["tracking"],
-            "eval/episode_length_s": table["overall"]["length"] * env_cfg.policy_dt,
-            "eval/episodes": float(len(episodes)),
-        },
-        step=0,
-    )
-    for t in types:
-        ctx.log_metrics(
-            {
-                f"eval/{t}/fall_rate": table["by_type"][t]["fall_rate"],
-                f"eval/{t}/tracking": table["by_type"][t]["tracking"],
-            },
-            step=0,
-        )
-    ctx.log_json(table, "evaluation/table.json")
-    ctx.log_figure(_figure(table, types, levels, inputs["policy"]), "evaluation/fall_rate.png")
+    ctx.log_figure(success_figure(report), "evaluation/success.png")
     return {}
-
-
-def _tables(episodes: list[dict], types: list[str], levels: int) -> dict:
-    def summary(rows: list[dict]) -> dict:
-        if not rows:
-            return {"episodes": 0, "fall_rate": float("nan"), "tracking": float("nan"), "length": float("nan")}
-        return {
-            "episodes": len(rows),
-            "fall_rate": sum(r["fell"] for r in rows) / len(rows),
-            "tracking": sum(r["tracking"] for r in rows) / len(rows),
-            "length": sum(r["length"] for r in rows) / len(rows),
-        }
-
-    return {
-        "overall": summary(episodes),
-        "by_type": {t: summary([e for e in episodes if e["type"] == t]) for t in types},
-        "by_type_level": {
-            t: [summary([e for e in episodes if e["type"] == t and e["level"] == lv]) for lv in range(levels)]
-            for t in types
-        },
-    }
-
-
-def _figure(table: dict, types: list[str], levels: int, policy_uri: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    grid = np.array([[table["by_type_level"][t][lv]["fall_rate"] for lv in range(levels)] for t in types])
-    fig, ax = plt.subplots(figsize=(1.2 * levels + 3, 0.6 * len(types) + 1.8))
-    im = ax.imshow(grid, cmap="RdYlGn_r", vmin=0, vmax=1)
-    for i in range(len(types)):
-        for j in range(levels):
-            value = grid[i, j]
-            ax.text(j, i, "-" if np.isnan(value) else f"{100 * value:.0f}%", ha="center", va="center", fontsize=9)
-    ax.set_xticks(range(levels), [f"level {lv}" for lv in range(levels)])
-    ax.set_yticks(range(len(types)), types)
-    ax.set_title(f"fall rate per episode\n{policy_uri}", fontsize=9)
-    fig.colorbar(im, ax=ax, shrink=0.8)
-    fig.tight_layout()
-    return fig

@@ -53,16 +53,21 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
     """Train the teacher on the stage's actor pool; returns {'policy': models:/llp-locomotion-teacher/<v>}."""
     import numpy as np
 
-    from llp.actors.pool import PoolSpec, TrainingPool
-    from llp.config.schema import to_dict
+    from llp.actors.pool import TrainingPool
     from llp.learn.export import export_actor
     from llp.learn.models import Actor
+    from llp.learn.spec import TrainSpec
     from llp.sim.robot import default_joint_positions, load_robot_spec
 
     env_cfg = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
     ctx.init_ray()
-    spec = PoolSpec(
-        to_dict(env_cfg), to_dict(cfg.actor), to_dict(cfg.critic), to_dict(cfg.ppo), cfg.envs_per_actor, ctx.seed
+    spec = TrainSpec(
+        env=env_cfg,
+        envs_per_actor=cfg.envs_per_actor,
+        seed=ctx.seed,
+        actor=cfg.actor,
+        critic=cfg.critic,
+        ppo=cfg.ppo,
     )
     pool = TrainingPool(ctx.resources, spec)
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llp.config.pipeline import PipelineConfig
+from llp.config.schema import build, check
 from llp.stages import evaluate, locomotion_teacher
 
 
@@ -38,3 +40,34 @@ STAGES: dict[str, StageSpec] = {
         "and level; fall rate, velocity tracking and terrain tables, as metrics and pictures.",
     ),
 }
+
+
+def stage_config(cfg: PipelineConfig, name: str):
+    """The typed config of stage ``name`` of the pipeline ``cfg``."""
+    return build(STAGES[name].config, cfg.stages[name], f"stages.{name}")
+
+
+def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
+    """Every stage exists, its config is valid, and its inputs come from stages that run before it."""
+    order = list(cfg.stages)
+    for name in order:
+        check(name in STAGES, f"stages.{name}", f"unknown stage; allowed values: {', '.join(STAGES)}")
+        for input_name, upstream in STAGES[name].inputs(stage_config(cfg, name)).items():
+            check(
+                upstream in cfg.stages,
+                f"stages.{name}.{input_name}",
+                f"refers to stage {upstream!r}, which is not in this pipeline ({', '.join(order)})",
+            )
+            check(
+                order.index(upstream) < order.index(name),
+                f"stages.{name}",
+                f"input stage {upstream!r} must come before it",
+            )
+    return cfg
+
+
+def load_pipeline(profile: str = "local", sets: list[str] | None = None) -> PipelineConfig:
+    """The pipeline of ``profile`` with ``--set`` overrides, every stage's config validated (no side effects)."""
+    from llp.config.pipeline import load_pipeline as load_generic
+
+    return check_pipeline(load_generic(profile, sets))

@@ -6,6 +6,7 @@ import os
 import signal
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -19,25 +20,32 @@ def ray_local(tmp_path_factory):
     shutdown_ray()
 
 
-def _spec(envs=4):
-    from llp.actors.pool import PoolSpec
+def _env(**overrides):
     from llp.config.files import env_config
-    from llp.config.schema import to_dict
+    from llp.config.schema import merge
 
-    env = to_dict(env_config(overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}))
-    return PoolSpec(
-        env,
-        {"obs": ["policy/proprio", "policy/command", "policy/height_scan"], "hidden_dims": [16]},
-        {"obs": ["critic/proprio", "critic/privileged"], "hidden_dims": [16]},
-        {"num_steps": 4, "num_epochs": 1, "num_minibatches": 1},
-        envs,
-        0,
+    small = {"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}
+    return env_config(overrides=merge(small, overrides))
+
+
+def _spec(envs=4, env=None, **parts):
+    from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+    from llp.learn.spec import TrainSpec
+
+    return TrainSpec(
+        env=env or _env(),
+        envs_per_actor=envs,
+        seed=0,
+        actor=ActorConfig(obs=["policy/proprio", "policy/command", "policy/height_scan"], hidden_dims=[16]),
+        critic=CriticConfig(obs=["critic/proprio", "critic/privileged"], hidden_dims=[16]),
+        ppo=parts.pop("ppo", None) or PPOConfig(num_steps=4, num_epochs=1, num_minibatches=1),
+        **parts,
     )
 
 
 def test_dead_simulator_actor_is_replaced_and_the_iteration_redone(ray_local):
     from llp.actors.pool import TrainingPool
-    from llp.config.pipeline import ResourcesConfig
+    from llp.config.resources import ResourcesConfig
 
     pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.5), _spec())
     try:
@@ -55,7 +63,7 @@ def test_dead_simulator_actor_is_replaced_and_the_iteration_redone(ray_local):
 
 def test_colocated_layout_trains_in_one_actor(ray_local):
     from llp.actors.pool import TrainingPool
-    from llp.config.pipeline import ResourcesConfig
+    from llp.config.resources import ResourcesConfig
 
     pool = TrainingPool(ResourcesConfig(mode="colocated", sim_actor_cpus=0.5), _spec())
     try:
@@ -64,3 +72,103 @@ def test_colocated_layout_trains_in_one_actor(ray_local):
         assert len(pool.sim_pids()) == 1
     finally:
         pool.close()
+
+
+class _Labeller(torch.nn.Module):
+    """An instrumented teacher: its action is a fixed linear map of what it observed, so a label tells which
+    state it was computed from."""
+
+    def __init__(self, obs_dim: int, num_actions: int):
+        super().__init__()
+        gen = torch.Generator().manual_seed(7)
+        self.weight = torch.nn.Parameter(torch.randn(num_actions, obs_dim, generator=gen), requires_grad=False)
+
+    def forward(self, x):
+        return x @ self.weight.T
+
+
+def _frozen_labeller(obs_dim: int, num_actions: int):
+    import io
+
+    from llp.learn.export import PolicySpec
+    from llp.learn.spec import FrozenPolicy
+
+    module = _Labeller(obs_dim, num_actions).eval()
+    buffer = io.BytesIO()
+    torch.export.save(torch.export.export(module, (torch.zeros(2, obs_dim),)), buffer)
+    spec = PolicySpec(obs=["policy/proprio"], obs_dim=obs_dim, num_frames=1, num_actions=num_actions)
+    return module, FrozenPolicy("models:/instrumented/1", buffer.getvalue(), spec.to_dict())
+
+
+def test_a_teacher_on_a_simulator_actor_labels_that_actor_s_student_states_for_its_group_only(ray_local):
+    import ray
+
+    from llp.actors.pool import TrainingPool
+    from llp.actors.simulator import SimulatorWorker
+    from llp.config.resources import ResourcesConfig
+    from llp.learn.configs import PPOConfig
+    from llp.learn.learner import build_networks
+    from llp.learn.spec import TeacherSpec
+
+    env = _env()
+    probe = SimulatorWorker(_spec(envs=8, env=env), 0)
+    dims = probe.env.obs_dims()
+    proprio, actions = dims["policy"]["proprio"], probe.env.num_actions
+    module, frozen = _frozen_labeller(proprio, actions)
+    spec = _spec(
+        envs=8,
+        env=env,
+        teachers=[TeacherSpec(frozen, tile_types=["stairs_up"])],
+        ppo=PPOConfig(num_steps=4, num_epochs=1, num_minibatches=1, dagger_coef=1.0),
+    )
+    sim = ray.remote(SimulatorWorker).options(num_cpus=0.5).remote(spec, 0)
+    actor, critic = build_networks(spec, dims, actions)
+    rollout, _ = ray.get(sim.collect.remote({"actor": actor.state_dict(), "critic": critic.state_dict()}))
+    columns = ray.get(sim.spaces.remote())["columns"]
+    group = torch.tensor([env.terrain.tile_types[c] == "stairs_up" for c in columns])
+    assert 0 < int(group.sum()) < 8
+    # the student's first observation term is proprio: the teacher's label is its map of exactly that state
+    seen = rollout.actor_obs[..., :proprio]
+    expected = module(seen)
+    assert torch.allclose(rollout.teacher_actions[:, group], expected[:, group], atol=1e-5)
+    assert float(rollout.teacher_actions[:, ~group].abs().max()) == 0.0  # other groups get no label
+    # and the learner of a decoupled pool trains on those labels
+    pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.5), spec)
+    try:
+        metrics = pool.iteration()
+        assert metrics["loss/dagger"] > 0
+    finally:
+        pool.close()
+
+
+def _amp_spec(envs=4):
+    from llp.learn.configs import AMPConfig
+    from llp.learn.spec import AMPSpec
+
+    env = _env(
+        observations={
+            "policy": ["proprio", "command", "height_scan"],
+            "critic": ["proprio", "command", "height_scan", "privileged"],
+            "amp": ["amp_features", "progress"],
+        }
+    )
+    width = 10 + 2 * 21
+    gen = torch.Generator().manual_seed(3)
+    references = [torch.randn(256, 2 * width, generator=gen) for _ in range(2)]
+    amp = AMPSpec(AMPConfig(hidden_dims=[16], triggers=[0.0], style_coef=5.0), references)
+    return _spec(envs=envs, env=env, amp=amp)
+
+
+@pytest.mark.parametrize("mode", ["decoupled", "colocated"])
+def test_amp_style_reward_reaches_the_advantages_on_the_ray_path(ray_local, mode):
+    from llp.actors.pool import TrainingPool
+    from llp.config.resources import ResourcesConfig
+
+    pool = TrainingPool(ResourcesConfig(mode=mode, sim_actors=2, sim_actor_cpus=0.5), _amp_spec())
+    try:
+        metrics = pool.iteration()
+    finally:
+        pool.close()
+    assert metrics["amp/style_reward"] > 0
+    assert metrics["amp/advantage_change"] > 1e-4  # the advantages PPO used are not those without the style
+    assert "amp/phase0_loss" in metrics  # locomotion tiles have no course: every sample is in the walk phase

@@ -6,10 +6,10 @@ import torch
 from llp.config.schema import build
 from llp.learn.amp import AMP, AMPConfig
 from llp.learn.configs import ActorConfig, CriticConfig
+from llp.learn.learner import Learner, train
 from llp.learn.models import Actor, Critic
 from llp.learn.ppo import PPO, PPOConfig
 from llp.learn.rollout import RolloutCollector, Teacher
-from llp.learn.runner import train
 from tests.toy_envs import CueMemory, PointMass, ScriptedExpertEnv, Slider
 
 
@@ -24,7 +24,7 @@ def test_ppo_solves_point_mass():
     actor = Actor(build(ActorConfig, {"obs": ["policy/state"], "hidden_dims": [64, 64], "init_std": 0.5}), dims, 2)
     critic = Critic(build(CriticConfig, {"obs": ["critic/state", "critic/time"], "hidden_dims": [64, 64]}), dims)
     cfg = build(PPOConfig, {"num_steps": 50, "learning_rate": 3e-3, "entropy_coef": 0.0, "gamma": 0.98})
-    history = train(RolloutCollector(env, actor, critic, 50), PPO(actor, critic, cfg), 40)
+    history = train(RolloutCollector(env, actor, critic, 50), Learner(PPO(actor, critic, cfg)), 40)
     first = history[0]["episode/return"]
     last = sum(h["episode/return"] for h in history[-5:]) / 5
     # a motionless point scores about -10 (mean start distance ~2.1 m x 50 steps x 0.1); solved is near -3
@@ -61,7 +61,7 @@ def test_pure_dagger_copies_expert_on_states_it_never_visits():
     collector = RolloutCollector(
         env, student, None, 40, teachers=[Teacher(ScriptedTeacher(dims), torch.arange(64))], stochastic=False
     )
-    train(collector, PPO(student, None, cfg), 120)
+    train(collector, Learner(PPO(student, None, cfg)), 120)
     # probe states far outside the expert's own distribution: |x| in [1, 3]
     x = torch.cat([torch.linspace(-3, -1, 50), torch.linspace(1, 3, 50)])
     v = torch.linspace(-1.5, 1.5, 100)
@@ -96,7 +96,7 @@ def _train_cue(gru_hidden: int) -> float:
         },
     )
     collector = RolloutCollector(env, actor, None, 16, teachers=[Teacher(teacher, torch.arange(64))], stochastic=False)
-    train(collector, PPO(actor, None, cfg), 60)
+    train(collector, Learner(PPO(actor, None, cfg)), 60)
     # evaluate: sign of the action at steps after the cue disappeared vs. the cue
     env_eval = CueMemory(num_envs=128, horizon=8, seed=99)
     eval_collector = RolloutCollector(
@@ -136,7 +136,7 @@ def test_amp_moves_policy_towards_reference_motion():
         return float(probe.collect().actions.clamp(-2, 2).abs().mean())
 
     before = speed()
-    train(collector, PPO(actor, critic, cfg), 100, amp=amp)
+    train(collector, Learner(PPO(actor, critic, cfg), amp), 100)
     after = speed()
     # the reference moves at |v| = 1; the untrained policy barely moves
     assert before < 0.3, before

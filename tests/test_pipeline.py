@@ -62,7 +62,8 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     # the evaluation stage read its input by models:/ URI and logged its tables
     eval_run = client.get_run(book["stages"]["evaluate"]["mlflow_run"])
     assert eval_run.data.params["inputs.policy"] == f"models:/llp-locomotion-teacher/{version.version}"
-    assert "eval/fall_rate" in eval_run.data.metrics
+    assert "eval/fall_rate" in eval_run.data.metrics and "eval/success_rate" in eval_run.data.metrics
+    assert eval_run.data.metrics["eval/trials"] == 14  # smoke: 7 settings x 2 trials
     assert eval_run.data.tags["mlflow.parentRunId"] == book["mlflow_parent_run"]
     # the artifacts really are in the S3 bucket: model, checkpoint, plots, evaluation table
     import boto3
@@ -81,7 +82,8 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     ]
     assert any(k.endswith("checkpoints/latest.pt") for k in keys)
     assert any(k.endswith("plots/learning_curve.png") for k in keys)
-    assert any(k.endswith("evaluation/fall_rate.png") for k in keys)
+    assert any(k.endswith("evaluation/success.png") for k in keys)
+    assert any(k.endswith("evaluation/report.json") for k in keys)
     assert any("/models/" in k and k.endswith("MLmodel") for k in keys)
     # and a downstream process can load the policy by URI alone
     import mlflow.pytorch
@@ -236,3 +238,51 @@ def test_seed_is_part_of_the_cache_key_and_a_deleted_input_is_never_substituted(
     assert resumed.returncode == 1
     assert version_a in resumed.stderr and "no longer has that version" in resumed.stderr
     assert ledger(tmp_path, "seed0")["stages"].get("evaluate", {}).get("executions", 0) == 0
+
+
+def test_llp_evaluate_reports_one_outcome_per_trial_beside_the_stand_still_baseline(services, smoke_run, llp):
+    env = {**services["env"]}
+    common = ["--profile", "smoke", "--set", f"run_root={smoke_run['root']}", "--trials", "3", "--json"]
+    result = llp("evaluate", "--model", "models:/llp-locomotion-teacher/latest", *common, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in ("trials", "success_rate", "fall_rate", "tracking_kernel", "standing_tracking_kernel", "settings"):
+        assert key in report
+    assert report["model"].startswith("models:/llp-locomotion-teacher/") and "latest" not in report["model"]
+    assert report["trials"] == 21 == sum(sum(row["outcomes"].values()) for row in report["settings"])
+    assert all(sum(row["outcomes"].values()) == 3 for row in report["settings"])
+    assert "95% CI" in result.stdout and "stairs_up" in result.stdout
+    baseline = llp("evaluate", "--model", "stand-still", *common, env=env)
+    assert baseline.returncode == 0, baseline.stderr[-3000:]
+    standing = json.loads(baseline.stdout.strip().splitlines()[-1])
+    # the same trials: the same commands, so the same standing kernel
+    assert standing["standing_tracking_kernel"] == report["standing_tracking_kernel"]
+    missing = llp("evaluate", "--model", "models:/llp-no-such-model/1", *common, env=env)
+    assert missing.returncode == 2 and "no registered model 'llp-no-such-model'" in missing.stderr
+
+
+def test_a_dataset_round_trips_through_the_bus_with_lineage_tags(services, tmp_path):
+    """A folder registered by one stage comes back, file for file, by URI, with its lineage; never as a policy."""
+    import mlflow
+
+    from llp.flows import tracking
+
+    mlflow_client(services)
+    library = tmp_path / "library"
+    (library / "climb").mkdir(parents=True)
+    (library / "climb" / "seed_45cm.npz").write_bytes(b"\x00motion\x01" * 50)
+    (library / "provenance.json").write_text(json.dumps({"seed": "climb_45", "rounds": [45, 50, 55]}))
+    lineage = {"llp.inputs": "{}", "llp.pipeline_run": "bus-test", "llp.stage": "reference_augmentation"}
+    with mlflow.start_run() as run:
+        uri = tracking.register_dataset(run.info.run_id, "llp-test-library", library, lineage, "run-bus-test")
+    assert uri.startswith("models:/llp-test-library/")
+    for form in (uri, "models:/llp-test-library@run-bus-test", "models:/llp-test-library/latest"):
+        got = tracking.download_dataset(form, tmp_path / "down" / form.replace("/", "_").replace(":", "_"))
+        files = sorted(str(p.relative_to(got)) for p in got.rglob("*") if p.is_file())
+        assert files == ["climb/seed_45cm.npz", "provenance.json"]
+        assert (got / "climb" / "seed_45cm.npz").read_bytes() == b"\x00motion\x01" * 50
+    tags = tracking.version_tags(uri)
+    assert tags["llp.kind"] == "dataset" and tags["llp.stage"] == "reference_augmentation"
+    assert tags["llp.pipeline_run"] == "bus-test"
+    with pytest.raises(ValueError, match="is a dataset, not a policy"):
+        tracking.load_policy(uri)

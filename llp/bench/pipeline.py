@@ -35,25 +35,24 @@ def _llp(args: list[str], env: dict) -> float:
 def _rollout_rates(envs: int, rounds: int) -> tuple[float, float]:
     """Aggregate rollout env-steps/s of one simulator actor and of two in parallel, measured in alternating
     rounds on the same two actors so that machine noise hits both alike."""
-    from llp.actors.pool import PoolSpec, TrainingPool
+    from llp.actors.pool import TrainingPool
     from llp.config.files import env_config
-    from llp.config.pipeline import ResourcesConfig
-    from llp.config.schema import to_dict
+    from llp.config.resources import ResourcesConfig
+    from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+    from llp.learn.spec import TrainSpec
 
-    spec = PoolSpec(
-        to_dict(env_config()),
-        {
-            "obs": ["policy/proprio", "policy/command", "policy/height_scan"],
-            "num_frames": 5,
-            "hidden_dims": [256, 128, 64],
-        },
-        {
-            "obs": ["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"],
-            "hidden_dims": [256, 128, 64],
-        },
-        {"num_steps": 24},
-        envs,
-        0,
+    spec = TrainSpec(
+        env=env_config(),
+        envs_per_actor=envs,
+        seed=0,
+        actor=ActorConfig(
+            obs=["policy/proprio", "policy/command", "policy/height_scan"], num_frames=5, hidden_dims=[256, 128, 64]
+        ),
+        critic=CriticConfig(
+            obs=["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"],
+            hidden_dims=[256, 128, 64],
+        ),
+        ppo=PPOConfig(num_steps=24),
     )
     pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.9), spec)
     try:

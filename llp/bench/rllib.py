@@ -33,17 +33,17 @@ def _env(num_envs: int, seed: int):
 def ours(num_envs: int, iterations: int) -> float:
     from llp.config.schema import build
     from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+    from llp.learn.learner import Learner, train_iteration
     from llp.learn.models import Actor, Critic
     from llp.learn.ppo import PPO
     from llp.learn.rollout import RolloutCollector
-    from llp.learn.runner import train_iteration
 
     torch.manual_seed(0)
     env = _env(num_envs, 0)
     dims = env.obs_dims()
     actor = Actor(build(ActorConfig, {"obs": OBS, "hidden_dims": HIDDEN}), dims, env.num_actions)
     critic = Critic(build(CriticConfig, {"obs": OBS, "hidden_dims": HIDDEN}), dims)
-    ppo = PPO(actor, critic, build(PPOConfig, {"num_steps": NUM_STEPS, "num_epochs": 5, "num_minibatches": 4}))
+    ppo = Learner(PPO(actor, critic, build(PPOConfig, {"num_steps": NUM_STEPS, "num_epochs": 5, "num_minibatches": 4})))
     collector = RolloutCollector(env, actor, critic, NUM_STEPS)
     train_iteration(collector, ppo)
     t0 = time.perf_counter()

@@ -90,3 +90,11 @@ class LoadedPolicy:
     def step(self, frame: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, Memory, None]:
         stacked, memory = stack_frames(frame, memory, self.num_frames)
         return self.module(stacked.reshape(stacked.shape[0], -1)), memory, None
+
+
+def load_pt2(program: bytes, spec: dict) -> LoadedPolicy:
+    """A policy from the bytes of its torch.export program and its spec (see ``flows.tracking.download_policy``)."""
+    import io
+
+    module = torch.export.load(io.BytesIO(program)).module()
+    return LoadedPolicy(module, PolicySpec(**spec))

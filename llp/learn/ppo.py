@@ -124,10 +124,7 @@ class PPO:
         cfg = self.cfg
         self.check_rollout(ro)
         rewards = ro.rewards if extra_rewards is None else ro.rewards + extra_rewards
-        adv, returns = gae(
-            rewards, ro.values, ro.last_values, ro.terminated, ro.truncated, ro.final_values, cfg.gamma, cfg.lam
-        )
-        advantages = combine_advantages(adv, self.weights)
+        advantages, returns = self.advantages(ro, extra_rewards)
         # the stacked input of every step, built once per update rather than once per minibatch
         self._stacked = None if self.actor.is_recurrent else ro.stacked_frames()
         groups = None
@@ -158,6 +155,21 @@ class PPO:
         metrics["policy/action_std"] = float(self.actor.std.detach().mean())
         metrics["policy/mean_reward_per_step"] = float(rewards.sum(-1).mean())
         return metrics
+
+    def advantages(self, ro: Rollout, extra_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages [T, N], normalised per reward group and combined; returns [T, N, H]) of a rollout."""
+        rewards = ro.rewards if extra_rewards is None else ro.rewards + extra_rewards
+        adv, returns = gae(
+            rewards,
+            ro.values,
+            ro.last_values,
+            ro.terminated,
+            ro.truncated,
+            ro.final_values,
+            self.cfg.gamma,
+            self.cfg.lam,
+        )
+        return combine_advantages(adv, self.weights), returns
 
     def _losses(self, ro, ev, t, e, advantages, returns, groups) -> dict[str, torch.Tensor]:
         cfg = self.cfg

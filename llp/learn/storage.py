@@ -91,8 +91,8 @@ class Rollout:
                 elif k == "hidden":
                     axis = 2
                 out[k] = torch.cat([getattr(p, k) for p in parts], dim=axis)
-            elif k == "extras":
-                out[k] = {}
+            elif k == "extras":  # per-step extras (AMP's next-state features), [T, N, ...]
+                out[k] = {name: torch.cat([p.extras[name] for p in parts], dim=1) for name in v}
             else:
                 out[k] = v
         return Rollout(**out)

@@ -20,6 +20,8 @@ OBSERVATION_TERMS = (
     "depth",  # flattened depth image, normalised to [0, 1]
     "privileged",  # base velocity and height, foot contacts, randomised physics
     "group_onehot",  # one-hot of the env's tile column (expert group)
+    "amp_features",  # AMP's state features: base height, gravity, base velocities, joint positions and velocities
+    "progress",  # course progress: metres along the course past its first phase trigger (-10 on tiles without)
 )
 
 

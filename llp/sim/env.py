@@ -28,6 +28,7 @@ from llp.sim.task_state import TaskState
 from llp.sim.terrain import GOAL_TYPES, generate_terrain
 
 Obs = dict[str, dict[str, torch.Tensor]]
+NO_COURSE_PROGRESS = -10.0  # the progress term on tiles without a course: far before any phase trigger
 
 
 @dataclass
@@ -99,6 +100,8 @@ class ParkourEnv:
         self.tile_origin = np.array([t.origin for t in tiles])
         self.tile_goal = np.array([t.goal if t.goal is not None else (np.nan, np.nan) for t in tiles])
         self.tile_has_goal = ~np.isnan(self.tile_goal[:, 0])
+        # course progress is measured from the first phase trigger (the approach ends there); far before it elsewhere
+        self.tile_trigger0 = np.array([t.triggers[0] if t.triggers else np.nan for t in tiles])
 
         # reward terms
         self.reward_names = list(cfg.rewards)
@@ -282,6 +285,7 @@ class ParkourEnv:
         info: dict = {
             "reward_terms": dict(zip(self.reward_names, terms.mean(axis=0).tolist())),
             "weighted_terms": torch.from_numpy(weighted.astype(np.float32)),  # [N, terms], env.reward_names order
+            "base_velocity": s.base_lin_vel[:, 0:2].copy(),  # [N, 2] yaw frame, before any reset (evaluation)
         }
         done_ids = self.env_ids[done]
         if len(done_ids):
@@ -440,6 +444,20 @@ class ParkourEnv:
                 self.motor_strength[sel, None],
             ]
             self._write("privileged", sel, np.concatenate(parts, axis=1), n)
+        if "amp_features" in needed:
+            parts = [
+                s.base_height[sel, None],
+                s.projected_gravity[sel],
+                s.base_lin_vel[sel],
+                s.base_ang_vel[sel],
+                s.joint_pos[sel] - self.default_joint_pos,
+                qvel[:, sc.joint_qvel] * 0.05,
+            ]
+            self._write("amp_features", sel, np.concatenate(parts, axis=1), n)
+        if "progress" in needed:
+            trigger = self.tile_trigger0[self.tile_ids[sel]]
+            past = np.where(np.isnan(trigger), NO_COURSE_PROGRESS, self.qpos[sel, 0] - np.nan_to_num(trigger))
+            self._write("progress", sel, past[:, None], n)
         if "group_onehot" in needed:
             onehot = np.eye(self.num_columns)[self.column[sel]]
             self._write("group_onehot", sel, onehot, n)
@@ -466,6 +484,44 @@ class ParkourEnv:
     def _obs_tensors(self) -> Obs:
         copies = {name: torch.from_numpy(buf.copy()) for name, buf in self._obs_buf.items()}
         return {g: {t: copies[t] for t in terms} for g, terms in self.groups.items()}
+
+    # ------------------------------------------------------------------ trials (evaluation)
+    def reseed(self, seed: int) -> None:
+        """Draw every later spawn, command and randomisation from ``seed``."""
+        self.rng = np.random.default_rng(seed)
+
+    def assign_tiles(self, ids: np.ndarray, columns: np.ndarray, levels: np.ndarray) -> Obs:
+        """Move envs ``ids`` to the tiles (column = tile type index, level) and start a new episode there."""
+        ids = np.asarray(ids)
+        self.column[ids], self.level[ids] = columns, levels
+        self._reset_envs(ids)
+        self._read_state()
+        self._compute_obs(ids)
+        return self._obs_tensors()
+
+    def command_envs(self, ids: np.ndarray, lin_vel: np.ndarray, heading: np.ndarray | None = None) -> None:
+        """Give envs ``ids`` a fixed command: linear velocity [k, 2] (base frame) and, with heading commands
+        on, a heading [k] (radians, world frame). Held until the env resamples (``commands.resample_s``)."""
+        ids = np.asarray(ids)
+        self.command[ids, 0:2] = lin_vel
+        if heading is not None:
+            self.heading_target[ids] = heading
+        self.command_timer[ids] = 0.0
+        self._read_state()
+        self._compute_obs(ids)
+
+    def course_state(self) -> dict[str, np.ndarray]:
+        """Where each env is on its tile: base ``xy`` [N, 2], ``spawn`` [N, 2], ``goal`` [N, 2] (NaN on tiles
+        without a goal), ``yaw`` [N], ``command`` [N, 3], and its tile's ``column`` (type index) and ``level`` [N]."""
+        return {
+            "xy": self.qpos[:, 0:2].copy(),
+            "spawn": self.spawn_xy.copy(),
+            "goal": self.tile_goal[self.tile_ids].copy(),
+            "yaw": self._state.yaw.copy(),
+            "command": self.command.copy(),
+            "column": self.column.copy(),
+            "level": self.level.copy(),
+        }
 
     # ------------------------------------------------------------------ helpers for tests and tools
     def depth_images(self) -> np.ndarray:

@@ -393,6 +393,34 @@ def _build_tile(cfg: TerrainConfig, kind: str, d: float, b: _TileBuilder, rng: n
     return layout
 
 
+def level_fraction(level: int, num_levels: int) -> float:
+    """Where level ``level`` sits between the easiest (0) and the hardest (1) size of each range."""
+    return level / (num_levels - 1) if num_levels > 1 else 1.0
+
+
+def difficulty(cfg: TerrainConfig, kind: str, level: int) -> str:
+    """A tile's difficulty in the paper's units (obstacle heights in cm), for evaluation tables."""
+    d = level_fraction(level, cfg.num_levels)
+    cm = lambda metres: f"{100 * metres:.0f} cm"  # noqa: E731
+    if kind == "rough":
+        return f"amplitude {100 * _lerp(cfg.rough_amplitude, d):.1f} cm"
+    if kind in ("stairs_up", "stairs_down"):
+        return f"step {100 * _lerp(cfg.step_height, d):.1f} cm"
+    if kind == "climb":
+        return cm(_pick(cfg.climb_heights, d))
+    if kind in ("vault", "trapezoid_vault", "saddle_vault"):
+        return cm(_pick(cfg.vault_heights, d))
+    if kind == "stepping_stones":
+        return f"stones {cm(_lerp(cfg.stone_size, d))}, gaps {cm(_lerp(cfg.stone_gap, d))}"
+    if kind == "plank":
+        return f"width {cm(_lerp(cfg.plank_width, d))}"
+    if kind == "gaps":
+        return f"gap {cm(_lerp(cfg.gap_width, d))}"
+    if kind in ("course", "course_succession"):
+        return f"vault {cm(_pick(cfg.vault_heights, d))}, climb {cm(_pick(cfg.climb_heights, d))}"
+    return "-"
+
+
 def _rasterize(terrain_heights: np.ndarray, origin: tuple[float, float], res: float, boxes, prisms, hfields) -> None:
     ny, nx = terrain_heights.shape
 
@@ -464,7 +492,7 @@ def generate_terrain(cfg: TerrainConfig, seed: int = 0) -> Terrain:
     tiles: list[Tile] = []
     layouts = []
     for level in range(rows):
-        d = level / (rows - 1) if rows > 1 else 1.0
+        d = level_fraction(level, rows)
         for col, kind in enumerate(cfg.tile_types):
             ox = (col + 0.5) * cfg.tile_length
             oy = (level + 0.5) * cfg.tile_width

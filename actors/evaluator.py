@@ -1,0 +1,85 @@
+"""Evaluation on the Ray pool: trials spread over simulator actors, each running waves of trials.
+
+Plain Python class plus a driver function; the trial logic lives in
+``llp.evaluation.trials`` and knows nothing of Ray.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import ray
+
+from llp.config.resources import ResourcesConfig
+from llp.evaluation.protocol import Setting, Trial, TrialRecord
+from llp.evaluation.trials import StandStill, TrialRules, run_trials
+
+
+class EvaluatorWorker:
+    """Hosts an env of ``num_envs`` envs and a frozen policy; ``run(trials)`` returns one record per trial."""
+
+    def __init__(
+        self, env_cfg: dict, num_envs: int, seed: int, program: bytes | None, spec: dict | None, threads: int = 1
+    ):
+        import torch
+
+        from llp.config.schema import build
+        from llp.learn.export import load_pt2
+        from llp.sim.config import EnvConfig
+        from llp.sim.env import ParkourEnv
+
+        torch.set_num_threads(1)
+        self.env = ParkourEnv(build(EnvConfig, env_cfg), num_envs, seed=seed, threads=threads)
+        # no program: the stand-still baseline
+        self.policy = load_pt2(program, spec) if program is not None else StandStill(self.env.num_actions)
+
+    def run(self, settings: list[Setting], trials: list[Trial], rules: TrialRules) -> list[TrialRecord]:
+        return run_trials(self.env, self.policy, settings, trials, rules)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def evaluate_on_pool(
+    resources: ResourcesConfig,
+    env_cfg: dict,
+    envs_per_actor: int,
+    seed: int,
+    program: bytes | None,
+    spec: dict | None,
+    settings: list[Setting],
+    trials: list[Trial],
+    rules: TrialRules,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[TrialRecord]:
+    """Run ``trials`` on ``resources.sim_actors`` evaluator actors, a wave at a time, as actors free up."""
+    actors_n = max(1, min(resources.sim_actors, -(-len(trials) // envs_per_actor)))
+    num_envs = min(envs_per_actor, len(trials))
+    cls = ray.remote(EvaluatorWorker).options(
+        num_cpus=resources.sim_actor_cpus
+    )  # a lost actor fails the stage, whose retry redoes it
+    program_ref = ray.put(program) if program is not None else None
+    actors = [
+        cls.remote(env_cfg, num_envs, seed + 1000 * k, program_ref, spec, resources.sim_threads)
+        for k in range(actors_n)
+    ]
+    waves = [trials[i : i + num_envs] for i in range(0, len(trials), num_envs)]
+    records: list[TrialRecord] = []
+    pending: dict = {}
+    try:
+        free = list(actors)
+        while waves or pending:
+            while free and waves:
+                actor = free.pop()
+                pending[actor.run.remote(settings, waves.pop(0), rules)] = actor
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                free.append(pending.pop(ref))
+                records += ray.get(ref)
+                if on_progress is not None:
+                    on_progress(len(records), len(trials))
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    return sorted(records, key=lambda r: r.index)

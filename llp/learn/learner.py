@@ -1,0 +1,148 @@
+"""The one learner every stage uses, and the one way to build its data collection.
+
+``Learner.update(rollout)`` is a training iteration's learning: the AMP style
+reward (if any) joins the rewards before GAE, PPO / DAgger / reconstruction
+update the networks, the discriminators train. The same object runs in the
+learner actor (decoupled layout), in the co-located actor and in plain loops.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from llp.learn.amp import AMP
+from llp.learn.checkpoint import load_checkpoint, save_checkpoint
+from llp.learn.models import Actor, Critic, parse_refs, term_width
+from llp.learn.ppo import PPO
+from llp.learn.rollout import RolloutCollector, Teacher
+from llp.learn.spec import TrainSpec
+from llp.learn.storage import Rollout
+
+
+class Learner:
+    """PPO (with its DAgger and reconstruction terms) plus optional AMP."""
+
+    def __init__(self, ppo: PPO, amp: AMP | None = None):
+        self.ppo, self.amp = ppo, amp
+
+    @property
+    def actor(self) -> Actor:
+        return self.ppo.actor
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        extra = None
+        metrics: dict[str, float] = {}
+        if self.amp is not None:
+            extra = self.amp.extra_rewards(rollout, rollout.rewards.shape[-1])
+            with torch.no_grad():  # what the style reward did to the advantages (diagnostic)
+                with_style, _ = self.ppo.advantages(rollout, extra)
+                without, _ = self.ppo.advantages(rollout, None)
+            metrics["amp/advantage_change"] = float((with_style - without).abs().mean())
+            metrics["amp/style_reward"] = float(
+                extra[..., self.amp.cfg.reward_group].mean() / (self.amp.cfg.style_coef * self.amp.dt)
+            )
+        metrics.update(self.ppo.update(rollout, extra_rewards=extra))
+        if self.amp is not None:
+            metrics.update(self.amp.update(rollout))
+        return metrics
+
+    def weights(self) -> dict:
+        return {
+            "actor": self.ppo.actor.state_dict(),
+            "critic": None if self.ppo.critic is None else self.ppo.critic.state_dict(),
+        }
+
+    def save(self, path: str, iteration: int, history: list) -> str:
+        return str(save_checkpoint(path, self.ppo, iteration, amp=self.amp, history=history))
+
+    def load(self, path: str) -> dict:
+        state = load_checkpoint(path, self.ppo, amp=self.amp)
+        return {"iteration": state["iteration"], "history": state["history"]}
+
+
+def build_networks(spec: TrainSpec, obs_dims: dict, num_actions: int) -> tuple[Actor, Critic | None]:
+    actor = Actor(spec.actor, obs_dims, num_actions)
+    critic = Critic(spec.critic, obs_dims) if spec.critic is not None else None
+    return actor, critic
+
+
+def build_learner(spec: TrainSpec, obs_dims: dict, num_actions: int, env_groups: torch.Tensor | None) -> Learner:
+    """The learner for ``spec`` on envs with observation widths ``obs_dims``; ``env_groups`` [N] is the teacher
+    group of every env the learner will see (for balanced DAgger weights)."""
+    actor, critic = build_networks(spec, obs_dims, num_actions)
+    ppo = PPO(actor, critic, spec.ppo, env_groups=env_groups if spec.ppo.balance_groups else None)
+    amp = None
+    if spec.amp is not None:
+        width = term_width(obs_dims, parse_refs([spec.amp.features]))
+        amp = AMP(spec.amp.cfg, width, spec.amp.references, dt=spec.env.policy_dt)
+    return Learner(ppo, amp)
+
+
+def teacher_groups(spec: TrainSpec, columns: np.ndarray) -> torch.Tensor:
+    """[N] index of the teacher labelling each env (by its tile type; -1: none), for envs on tile ``columns``."""
+    types = spec.env.terrain.tile_types
+    groups = torch.full((len(columns),), -1, dtype=torch.long)
+    for k, teacher in enumerate(spec.teachers):
+        wanted = set(teacher.tile_types or types)
+        mine = torch.tensor([types[c] in wanted and groups[i] < 0 for i, c in enumerate(columns)], dtype=torch.bool)
+        groups[mine] = k
+    return groups
+
+
+def build_collector(env, spec: TrainSpec, actor: Actor, critic: Critic | None) -> RolloutCollector:
+    """The rollout collector of a simulator: teachers loaded and routed to their env groups, reward groups,
+    AMP features and progress, reconstruction targets."""
+    groups = teacher_groups(spec, env.course_state()["column"])
+    teachers = [Teacher(t.policy.load(), torch.nonzero(groups == k)[:, 0]) for k, t in enumerate(spec.teachers)]
+    return RolloutCollector(
+        env,
+        actor,
+        critic,
+        spec.ppo.num_steps,
+        teachers=[t for t in teachers if len(t.env_ids)],
+        reward_groups=spec.reward_groups,
+        amp_refs=(spec.amp.features, spec.amp.progress) if spec.amp is not None else None,
+        recon_ref=spec.actor.reconstruct,
+    )
+
+
+def iteration_metrics(learn: dict, sim: dict, steps: int, collect_s: float, update_s: float) -> dict[str, float]:
+    """One iteration's metrics, the same in every layout."""
+    metrics = {**learn, **sim}
+    metrics["perf/collect_s"] = collect_s
+    metrics["perf/update_s"] = update_s
+    metrics["perf/env_steps_per_s"] = steps / max(collect_s + update_s, 1e-9)
+    metrics["perf/env_steps"] = float(steps)
+    return metrics
+
+
+def train_iteration(collector: RolloutCollector, learner: Learner) -> dict[str, float]:
+    """One iteration in one process (co-located layout and plain loops)."""
+    t0 = time.perf_counter()
+    rollout = collector.collect()
+    t1 = time.perf_counter()
+    learn = learner.update(rollout)
+    t2 = time.perf_counter()
+    return iteration_metrics(learn, collector.pop_metrics(), rollout.num_steps * rollout.num_envs, t1 - t0, t2 - t1)
+
+
+def train(
+    collector: RolloutCollector,
+    learner: Learner,
+    iterations: int,
+    *,
+    start_iteration: int = 0,
+    callback=None,
+) -> list[dict[str, float]]:
+    """Run iterations ``start_iteration .. iterations-1`` in this process; returns the metrics of each."""
+    history = []
+    for it in range(start_iteration, iterations):
+        metrics = train_iteration(collector, learner)
+        metrics["iteration"] = float(it)
+        history.append(metrics)
+        if callback is not None:
+            callback(it, metrics)
+    return history

@@ -1,0 +1,111 @@
+"""The evaluation protocol: Wilson intervals by hand, one outcome per trial, the stand-still baseline."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llp.evaluation.protocol import (
+    Setting,
+    TrialRecord,
+    evaluation_levels,
+    plan_trials,
+    settings_for,
+    summarize,
+    wilson_interval,
+)
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "low", "high"),
+    [
+        # worked out by hand: centre = (p + z^2/2n) / (1 + z^2/n), half = z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n)
+        (5, 10, 0.23659, 0.76341),
+        (0, 10, 0.0, 0.27753),
+        (10, 10, 0.72247, 1.0),
+        (98, 100, 0.92999, 0.99450),
+    ],
+)
+def test_wilson_interval_matches_hand_computed_values(k, n, low, high):
+    lo, hi = wilson_interval(k, n)
+    assert lo == pytest.approx(low, abs=1e-5) and hi == pytest.approx(high, abs=1e-5)
+
+
+def test_every_paper_height_is_a_setting():
+    from llp.config.files import env_config
+
+    cfg = env_config(overrides={"terrain": {"tile_types": ["climb", "vault", "flat"], "num_levels": 5}})
+    levels = evaluation_levels(cfg.terrain)
+    assert levels == 7  # 45..75 cm in 5 cm steps
+    terrain = type(cfg.terrain)(**{**cfg.terrain.__dict__, "num_levels": levels})
+    settings = settings_for(terrain, trials=500, transition_trials=100, traverse_types=[])
+    climbs = [s.difficulty for s in settings if s.tile_type == "climb"]
+    vaults = [s.difficulty for s in settings if s.tile_type == "vault"]
+    assert climbs == ["45 cm", "50 cm", "55 cm", "60 cm", "65 cm", "70 cm", "75 cm"]
+    assert vaults == ["40 cm", "45 cm", "50 cm"]
+    assert [s.kind for s in settings if s.tile_type == "flat"] == ["tracking"]  # one flat setting, not seven
+    assert all(s.trials == 500 for s in settings)
+
+
+def _records(settings, outcomes):
+    return [
+        TrialRecord(t.index, t.setting, t.seed, outcome, 1.0, 0.0, 0.5, 0.4)
+        for t, outcome in zip(plan_trials(settings, 0), outcomes)
+    ]
+
+
+def test_summary_counts_each_trial_once_and_refuses_anything_else():
+    settings = [Setting("climb", 3, "60 cm", "goal", 4), Setting("vault", 0, "40 cm", "goal", 2)]
+    trials = plan_trials(settings, seed=3)
+    assert len({t.seed for t in trials}) == 6 and plan_trials(settings, seed=3) == trials
+    records = _records(settings, ["success", "success", "fall", "stuck", "timeout", "success"])
+    report = summarize(settings, records)
+    climb, vault = report["settings"]
+    assert climb["outcomes"] == {"success": 2, "fall": 1, "stuck": 1, "timeout": 0}
+    assert climb["success_rate"] == 0.5 and climb["success_ci95"] == pytest.approx(list(wilson_interval(2, 4)))
+    assert vault["outcomes"] == {"success": 1, "fall": 0, "stuck": 0, "timeout": 1}
+    assert report["trials"] == 6 and report["success_rate"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="exactly one record per trial"):
+        summarize(settings, records + records[:1])  # a trial counted twice
+    with pytest.raises(ValueError, match="exactly one record per trial"):
+        summarize(settings, records[1:])  # a trial not counted
+
+
+def test_trials_on_the_simulator_end_exactly_once_and_standing_still_scores_the_standing_kernel():
+    """More trials than envs (waves), every trial one record; a robot standing still tracks like one."""
+    from llp.config.files import env_config
+    from llp.evaluation.trials import StandStill, TrialRules, run_trials
+    from llp.sim.env import ParkourEnv
+
+    cfg = env_config(
+        overrides={
+            "terrain": {"tile_types": ["flat", "stairs_up"], "num_levels": 2, "tile_length": 6.0, "tile_width": 6.0},
+            "curriculum": {"enabled": False},
+            "randomization": {"push_interval_s": None, "added_mass": None, "motor_strength": None},
+            "commands": {"resample_s": 10.0},
+        }
+    )
+    env = ParkourEnv(cfg, 4, seed=0)
+    settings = [Setting("flat", 0, "-", "tracking", 5), Setting("stairs_up", 1, "step 12 cm", "traverse", 3)]
+    trials = plan_trials(settings, seed=1)
+    rules = TrialRules(duration_s=1.0, traverse_distance=1.5, stuck_s=0.6)
+    records = run_trials(env, StandStill(env.num_actions), settings, trials, rules)
+    assert [r.index for r in records] == list(range(8))  # 8 trials over 4 envs: two waves, one record each
+    flat = [r for r in records if r.setting == 0]
+    stairs = [r for r in records if r.setting == 1]
+    # standing still on flat ground for 1 s: still up, and its kernel is the standing kernel of its command
+    assert all(r.outcome == "success" for r in flat)
+    for r in flat:
+        assert r.tracking_kernel == pytest.approx(r.standing_tracking_kernel, abs=0.1)  # it sways as it settles
+    # standing still in front of stairs: no progress, so stuck (or a fall), never a success
+    assert all(r.outcome in ("stuck", "fall") for r in stairs)
+    assert all(r.progress_m < 0.25 for r in stairs)
+    assert all(r.standing_tracking_kernel == pytest.approx(math.exp(-0.25 / 0.25)) for r in stairs)
+    # the same seed gives the same trials
+    again = run_trials(env, StandStill(env.num_actions), settings, trials, rules)
+    assert [(r.outcome, round(r.tracking_kernel, 6)) for r in again] == [
+        (r.outcome, round(r.tracking_kernel, 6)) for r in records
+    ]
+    assert np.isfinite([r.tracking_kernel for r in records]).all()
