@@ -196,8 +196,8 @@ def resolve_model_uri(uri: str) -> str:
     version = rest.rsplit("/", 1)[1]
     if version == "latest":
         return f"models:/{name}/{versions[0].version}"
-    if version not in {v.version for v in versions}:
-        have = ", ".join(v.version for v in versions)
+    if version not in {str(v.version) for v in versions}:
+        have = ", ".join(str(v.version) for v in versions)
         raise ValueError(f"{uri}: model {name!r} has no version {version} (versions: {have})")
     return f"models:/{name}/{version}"
 

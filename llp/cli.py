@@ -237,11 +237,50 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     from llp.sim.pictures import render_depth, render_terrain
 
+    if args.what == "gait":
+        return _render_gait(args)
     if args.what == "terrain":
         path = render_terrain(args.out, task=args.task, tile_types=args.tile_types, seed=args.seed)
     else:
         path = render_depth(args.out, task=args.task, tile_type=args.tile_type, seed=args.seed)
     print(path)
+    return 0
+
+
+def _render_gait(args: argparse.Namespace) -> int:
+    """A policy's gait as a strip of stick figures, on the evaluation env of the profile."""
+    from pathlib import Path
+
+    from llp.evaluation.pictures import gait_strip
+    from llp.evaluation.trials import StandStill
+    from llp.flows import tracking
+    from llp.learn.export import load_pt2
+    from llp.sim.env import ParkourEnv
+    from llp.stages.evaluate import EvaluateConfig
+    from llp.stages.registry import stage_config
+
+    if not args.model:
+        print("llp: render gait needs --model (a models:/ URI or stand-still)", file=sys.stderr)
+        return 2
+    cfg = _load(args)
+    eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
+    env = ParkourEnv(eval_cfg.env_config(), 1, seed=args.seed)
+    if args.tile_type not in env.cfg.terrain.tile_types:
+        print(
+            f"llp: --tile-type {args.tile_type!r} is not a tile of the task {env.cfg.terrain.tile_types}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.model == "stand-still":
+        policy = StandStill(env.num_actions)
+    else:
+        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment)
+        policy = load_pt2(*tracking.download_policy(tracking.resolve_model_uri(args.model)))
+    fig = gait_strip(env, policy, args.tile_type, args.level)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    print(out)
     return 0
 
 
@@ -318,13 +357,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--iterations", type=int, default=6, help="rllib: training iterations per library")
     b.set_defaults(fn=cmd_bench)
 
-    r = sub.add_parser("render", help="write a PNG of a terrain layout or of a depth image")
-    r.add_argument("what", choices=["terrain", "depth"])
+    r = sub.add_parser("render", help="write a PNG of a terrain layout, a depth image or a policy's gait")
+    r.add_argument("what", choices=["terrain", "depth", "gait"])
+    r.add_argument("--model", help="gait: models:/ URI of the policy, or stand-still")
+    r.add_argument("--level", type=int, default=0, help="gait: difficulty level of the tile")
     r.add_argument("--out", required=True, help="PNG path to write")
     r.add_argument("--task", default="locomotion")
     r.add_argument("--tile-types", nargs="*", default=None, help="terrain: tile types (default: all)")
-    r.add_argument("--tile-type", default="climb", help="depth: the tile the robot stands on")
+    r.add_argument("--tile-type", default="climb", help="depth, gait: the tile the robot stands on")
     r.add_argument("--seed", type=int, default=0)
+    pipeline_options(r)
     r.set_defaults(fn=cmd_render)
     return p
 

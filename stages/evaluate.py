@@ -62,9 +62,9 @@ class EvaluateConfig:
         for i, t in enumerate(self.traverse_types):
             check(t in env.terrain.tile_types, f"{path}.traverse_types[{i}]", f"{t!r} is not a tile type of the task")
 
-    def env_config(self, path: str = "env"):
+    def env_config(self, path: str = "env", action_joints: list[str] | None = None):
         """The task's env for evaluation: every difficulty present, curriculum frozen, no pushes, commands held
-        for the whole trial, episodes longer than a trial."""
+        for the whole trial, episodes longer than a trial; the policy drives ``action_joints`` (from its spec)."""
         from llp.config.schema import merge
         from llp.evaluation.protocol import evaluation_levels
 
@@ -76,6 +76,10 @@ class EvaluateConfig:
             "commands": {"resample_s": self.duration_s + 1.0},
             "terminations": {"episode_length_s": self.duration_s + 1.0},
         }
+        if action_joints:
+            import re
+
+            frozen["robot"] = {"policy_joints": [re.escape(name) for name in action_joints]}
         return checked_env_config(self.task, self.robot, merge(self.env, frozen), path)
 
 
@@ -91,8 +95,8 @@ def evaluate_policy(policy, cfg: EvaluateConfig, resources, seed: int, on_progre
     from llp.evaluation.protocol import plan_trials, settings_for, summarize
     from llp.evaluation.trials import TrialRules
 
-    env_cfg = cfg.env_config()
     uri, program, spec = (STAND_STILL, None, None) if policy is None else (policy.uri, policy.program, policy.spec)
+    env_cfg = cfg.env_config(action_joints=None if spec is None else spec.get("action_joints"))
     sigma = (
         env_cfg.rewards["lin_vel_tracking"].params.get("sigma", 0.25) if "lin_vel_tracking" in env_cfg.rewards else 0.25
     )

@@ -57,7 +57,7 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
     from llp.learn.export import export_actor
     from llp.learn.models import Actor
     from llp.learn.spec import TrainSpec
-    from llp.sim.robot import default_joint_positions, load_robot_spec
+    from llp.sim.robot import default_joint_positions, load_robot_spec, policy_joint_indices
 
     env_cfg = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
     ctx.init_ray()
@@ -90,12 +90,15 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
     robot = load_robot_spec(env_cfg.robot).compile()
     joints = [int(robot.actuator_trnid[a, 0]) for a in range(robot.nu)]
     default_pose = default_joint_positions(env_cfg.robot, robot, joints)
+    names = [robot.joint(j).name for j in joints]
+    driven = [names[i] for i in policy_joint_indices(env_cfg.robot, names)]
     module, policy_spec = export_actor(
         actor,
         robot=env_cfg.robot.name,
         action_scale=env_cfg.robot.action_scale,
         policy_dt=env_cfg.policy_dt,
         default_joint_pos=default_pose,
+        action_joints=driven,
     )
     # a batch of 2 in the example keeps the batch dimension dynamic in the exported program
     example = np.zeros((2, actor.num_frames * actor.obs_dim), dtype=np.float32)

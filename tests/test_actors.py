@@ -172,3 +172,36 @@ def test_amp_style_reward_reaches_the_advantages_on_the_ray_path(ray_local, mode
     assert metrics["amp/style_reward"] > 0
     assert metrics["amp/advantage_change"] > 1e-4  # the advantages PPO used are not those without the style
     assert "amp/phase0_loss" in metrics  # locomotion tiles have no course: every sample is in the walk phase
+
+
+def test_the_paper_reward_set_loads_and_trains(ray_local):
+    """The paper's table unchanged (task locomotion_paper): the pool trains on it and reports its terms."""
+    from llp.actors.pool import TrainingPool
+    from llp.config.files import env_config
+    from llp.config.resources import ResourcesConfig
+
+    env = env_config(
+        "locomotion_paper", overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}
+    )
+    pool = TrainingPool(ResourcesConfig(mode="colocated", sim_actor_cpus=0.5), _spec(env=env))
+    try:
+        metrics = [pool.iteration() for _ in range(2)][-1]
+    finally:
+        pool.close()
+    terms = {k.split("/", 1)[1] for k in metrics if k.startswith("reward_terms/")}
+    assert terms == set(env.rewards) and "termination" not in terms
+    assert all(v == v for k, v in metrics.items() if k.startswith("loss/"))  # finite losses
+
+
+def test_the_policy_drives_only_the_configured_joints():
+    import numpy as np
+
+    from llp.sim.env import ParkourEnv
+
+    env = ParkourEnv(_env(robot={"policy_joints": [".*(hip|knee|ankle).*"]}), 2, seed=0)
+    assert env.num_actions == 12
+    held = np.setdiff1d(np.arange(21), env.action_joints)
+    env.step(torch.ones(2, 12))
+    ctrl = env.ctrl
+    assert np.allclose(ctrl[:, held], env.default_joint_pos[held])  # waist and arms hold the default pose
+    assert np.allclose(ctrl[:, env.action_joints], env.default_joint_pos[env.action_joints] + 0.25)

@@ -92,9 +92,12 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     module = mlflow.pytorch.load_model("models:/llp-locomotion-teacher@run-e2e")
     spec = mlflow.models.get_model_info("models:/llp-locomotion-teacher@run-e2e").metadata["llp_policy_spec"]
     out = module(torch.zeros(3, spec["num_frames"] * spec["obs_dim"]))
-    assert tuple(out.shape) == (3, spec["num_actions"]) == (3, 21)
-    # and knows what the actions mean: joint target = default pose + action_scale * action
+    assert tuple(out.shape) == (3, spec["num_actions"]) == (3, 12)  # the 12 leg joints
+    # and knows what the actions mean: target of action_joints[i] = its default + action_scale * action[i]
     assert len(spec["default_joint_pos"]) == 21 and spec["action_scale"] == 0.25
+    assert len(spec["action_joints"]) == 12 and all(
+        "hip" in j or "knee" in j or "ankle" in j for j in spec["action_joints"]
+    )
 
 
 def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):

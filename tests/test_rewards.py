@@ -106,6 +106,11 @@ def test_every_penalty_is_declared_as_one():
         "opposite_direction",
         "action_rate",
         "foot_acceleration",
+        "termination",
+        "flat_orientation",
+        "lin_vel_z",
+        "ang_vel_xy",
+        "joint_deviation",
     }
 
 
@@ -141,7 +146,12 @@ def test_env_marks_standing_envs_as_having_no_heading():
     from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
 
-    cfg = env_config(overrides={"terrain": {"num_levels": 1, "tile_length": 6.0, "tile_width": 6.0, "border": 1.0}})
+    cfg = env_config(
+        overrides={
+            "terrain": {"num_levels": 1, "tile_length": 6.0, "tile_width": 6.0, "border": 1.0},
+            "commands": {"heading_fraction": 1.0},
+        }
+    )
     env = ParkourEnv(cfg, 4, seed=0)
     env.command[:2] = 0.0  # standing still
     env.command[2:, 0] = 0.5
@@ -152,3 +162,60 @@ def test_env_marks_standing_envs_as_having_no_heading():
     weight = cfg.rewards["heading_error"].weight
     weighted = R.heading_error(s) * weight
     assert weighted[0] == 0.0 and weighted[1] == 0.0 and (weighted[2:] < 0).all()
+
+
+def test_feet_air_time_biped_rewards_single_stance_time_capped_and_gated():
+    term = R.FeetAirTimeBiped(num_envs=2, threshold=0.05)
+    cmd = np.array([[0.5, 0.0, 0.0], [0.05, 0.0, 0.0]])  # env 1's command is below the 0.1 m/s gate
+
+    def step(forces):
+        return term(TaskState(dt=0.02, foot_contact_force=np.array(forces, dtype=float), command=cmd))
+
+    # both feet down: double support earns nothing, but the contact timers run
+    assert step([[10, 10], [10, 10]]).tolist() == [0.0, 0.0]
+    # left foot lifts: in single stance, min(left air 0.02, right contact 0.04) = 0.02
+    assert step([[0, 10], [0, 10]]) == pytest.approx([0.02, 0.0])
+    assert step([[0, 10], [0, 10]]) == pytest.approx([0.04, 0.0])  # min(0.04, 0.06)
+    assert step([[0, 10], [0, 10]]) == pytest.approx([0.05, 0.0])  # min(0.06, 0.08) capped at 0.05
+    term.reset(np.array([0]))
+    assert step([[0, 10], [0, 10]]) == pytest.approx([0.02, 0.0])  # env 0's timers restarted, alone
+
+
+def test_termination_alive_orientation_and_joint_deviation_by_hand():
+    s = state(
+        projected_gravity=[[0.0, 0.0, -1.0], [0.6, 0.0, -0.8]],
+        base_lin_vel=[[0, 0, 0.5], [0, 0, 0.0]],
+        base_ang_vel=[[0.1, 0.2, 3.0], [0, 0, 0.0]],
+        joint_pos=[[0.1, -0.2, 0.3], [0.0, 0.0, 0.0]],
+        default_joint_pos=[0.0, 0.0, 0.1],
+    )
+    s.terminated = np.array([False, True])
+    s.joint_names = ["waist_yaw", "left_knee", "left_hip_roll"]
+    assert R.termination(s).tolist() == [0.0, 1.0]
+    assert R.alive(s).tolist() == [1.0, 1.0]
+    assert R.flat_orientation(s) == pytest.approx([0.0, 0.36])
+    assert R.lin_vel_z(s) == pytest.approx([0.25, 0.0])
+    assert R.ang_vel_xy(s) == pytest.approx([0.05, 0.0])
+    # waist and hip roll only: |0.1| + |0.3 - 0.1| = 0.3; env 1: |0| + |0 - 0.1| = 0.1
+    assert R.joint_deviation(s, joints=".*(waist|hip_roll).*") == pytest.approx([0.3, 0.1])
+
+
+def test_the_default_task_extends_the_paper_set_and_the_paper_set_is_the_paper_s_table():
+    from llp.config.files import env_config
+
+    paper, shaped = env_config("locomotion_paper"), env_config("locomotion")
+    assert {n: t.weight for n, t in paper.rewards.items()} == {
+        "lin_vel_tracking": 2.0,
+        "ang_vel_tracking": 2.0,
+        "upright": 1.0,
+        "velocity_slack": 1.5,
+        "undesired_contact": -2.0,
+        "joint_limit": -10.0,
+        "illegal_footstep": -1.0,
+        "heading_error": -1.0,
+        "opposite_direction": -1.0,
+        "action_rate": -0.1,
+        "foot_acceleration": -0.01,
+    }
+    assert all(shaped.rewards[n].weight == t.weight for n, t in paper.rewards.items())  # shaping only adds
+    assert shaped.rewards["termination"].weight == -200.0 and not shaped.only_positive_rewards

@@ -26,14 +26,21 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-def named(kind: str, name: str) -> dict:
-    """conf/<kind>/<name>.yaml as a dict, with a clear error listing what exists."""
+def named(kind: str, name: str, _seen: tuple[str, ...] = ()) -> dict:
+    """conf/<kind>/<name>.yaml as a dict, with a clear error listing what exists. A file with ``extends: BASE``
+    is BASE's config with the file's own keys deep-merged on top (derived configs adjust, never copy)."""
     folder = CONF_DIR / kind
     path = folder / f"{name}.yaml"
     if not path.is_file():
         options = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(kind, f"no {kind} named {name!r}; allowed values: {', '.join(options)}")
-    return read_yaml(path)
+    data = read_yaml(path)
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if base in (*_seen, name):
+        raise ConfigError(str(path), f"'extends: {base}' makes a cycle")
+    return merge(named(kind, base, (*_seen, name)), data)
 
 
 def env_config(task: str = "locomotion", robot: str = "lightbot0_like", overrides: dict[str, Any] | None = None):

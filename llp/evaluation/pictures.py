@@ -55,3 +55,66 @@ def success_figure(report: dict):
     ax2.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def gait_strip(env, policy, tile_type: str, level: int, seconds: float = 4.0, every: int = 10, speed: float = 0.5):
+    """Side view of one robot walking straight ahead at ``speed`` on a ``tile_type`` tile: a stick figure every
+    ``every`` policy steps, drawn where it was, over the terrain profile it walked on. Returns the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import torch
+
+    types = list(env.cfg.terrain.tile_types)
+    env.reseed(0)
+    obs = env.assign_tiles(np.array([0]), np.array([types.index(tile_type)]), np.array([level]))
+    start = env.course_state()
+    yaw = start["yaw"][0]
+    env.command_envs(np.array([0]), np.array([[speed, 0.0]]), np.array([yaw]))
+    obs = env.observe()
+    direction = np.array([np.cos(yaw), np.sin(yaw)])
+    spawn = start["xy"][0]
+    xpos = env.batch.bind("xpos")
+    parents = env.model.body_parentid
+    robot = list(range(1, env.model.nbody))  # the terrain is static geometry of the world body
+    feet = env.scene.foot_sites
+    ankles = [b for b in robot if env.model.body(b).name in env.cfg.robot.foot_bodies]
+    frames, fell = [], False
+    memory = policy.initial_memory(1)
+    steps = int(round(seconds / env.dt))
+    with torch.no_grad():
+        for step in range(1, steps + 1):
+            action, memory, _ = policy.step(policy.observe(obs), memory)
+            result = env.step(action)
+            if bool(result.terminated[0] | result.truncated[0]):
+                fell = bool(result.terminated[0])
+                break
+            if step % every == 1:  # body positions as the physics step left them (before any reset)
+                frames.append((xpos[0].copy(), env.site_xpos[0, feet].copy()))
+            obs = result.obs
+    along = lambda p: (p[..., 0:2] - spawn) @ direction  # noqa: E731
+    fig, ax = plt.subplots(figsize=(12, 3.2))
+    reach = max(float(along(frames[-1][0][1])) + 1.0, 1.5)
+    s = np.linspace(-0.5, reach, 600)
+    ground = env.terrain.height_at(spawn[None, :] + s[:, None] * direction[None, :])
+    ax.fill_between(s, ground.min() - 0.2, ground, color="0.75", zorder=0)
+    colours = plt.get_cmap("viridis")(np.linspace(0.1, 0.9, len(frames)))
+    for (bodies, soles), colour in zip(frames, colours):
+        for b in robot:
+            p = parents[b]
+            if p == 0:
+                continue
+            ax.plot(along(bodies[[p, b]]), bodies[[p, b], 2], color=colour, lw=1.6)
+        for a, sole in zip(ankles, soles):
+            ax.plot(along(np.stack([bodies[a], sole])), [bodies[a][2], sole[2]], color=colour, lw=1.6)
+    distance = float(along(frames[-1][0][1]))
+    outcome = f"{distance:.2f} m in {(len(frames) - 1) * every * env.dt:.1f} s" + (", then fell" if fell else "")
+    ax.set_title(f"{tile_type} level {level}: command {speed} m/s straight ahead; {outcome}", fontsize=9)
+    ax.set_xlim(-0.5, reach)
+    ax.set_aspect("equal")
+    ax.set_xlabel("distance along the command (m)")
+    ax.set_ylabel("height (m)")
+    fig.tight_layout()
+    return fig

@@ -30,7 +30,8 @@ class PolicySpec:
     robot: str = ""
     action_scale: float = 0.25
     policy_dt: float = 0.02
-    default_joint_pos: list[float] | None = None
+    default_joint_pos: list[float] | None = None  # every actuated joint, in actuator order
+    action_joints: list[str] | None = None  # the joints the actions drive, in action order (None: all)
 
     def to_dict(self) -> dict:
         return asdict(self)

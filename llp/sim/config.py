@@ -34,6 +34,9 @@ class CommandConfig:
     lin_vel_y: tuple[float, float] = field(default=(-0.3, 0.3), doc="Lateral speed range, m/s.")
     ang_vel_yaw: tuple[float, float] = field(default=(-0.8, 0.8), doc="Yaw rate range, rad/s (heading off).")
     heading_command: bool = field(default=True, doc="Command a heading; the yaw rate follows the heading error.")
+    heading_fraction: float = field(
+        default=1.0, doc="With heading commands on: fraction of resamples that command a heading (others: a yaw rate)."
+    )
     heading_stiffness: float = field(default=0.8, doc="Yaw rate per radian of heading error.")
     standing_fraction: float = field(default=0.05, doc="Fraction of resamples that command standing still.")
     goal_speed: tuple[float, float] = field(default=(0.4, 0.8), doc="Goal tiles: forward speed towards the goal.")
@@ -44,6 +47,7 @@ class CommandConfig:
             lo, hi = getattr(self, name)
             check(lo <= hi, f"{path}.{name}", f"lower bound {lo} exceeds upper bound {hi}")
         check(0.0 <= self.standing_fraction <= 1.0, f"{path}.standing_fraction", "must be in [0, 1]")
+        check(0.0 <= self.heading_fraction <= 1.0, f"{path}.heading_fraction", "must be in [0, 1]")
 
 
 @dataclass(kw_only=True)

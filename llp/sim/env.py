@@ -21,7 +21,7 @@ from mujoco.batch import Batch
 from llp.sim import rewards as reward_terms
 from llp.sim.config import EnvConfig
 from llp.sim.math3d import rotate_into_yaw_frame, wrap_angle, yaw_and_gravity, yaw_quat
-from llp.sim.robot import default_joint_positions
+from llp.sim.robot import default_joint_positions, policy_joint_indices
 from llp.sim.scene import build_scene
 from llp.sim.sensors import DepthCamera, foot_ray_heights, height_scan
 from llp.sim.task_state import TaskState
@@ -65,13 +65,17 @@ class ParkourEnv:
         self.sensordata = self.batch.bind("sensordata")
         self.site_xpos = self.batch.bind("site_xpos")
         self.site_xmat = self.batch.bind("site_xmat")
-        self.num_actions = m.nu
+        self.num_actions = m.nu  # narrowed below to the joints the policy drives
         self.dt = cfg.policy_dt
         self.max_episode_length = int(round(cfg.terminations.episode_length_s / self.dt))
 
         # robot constants
         sc = self.scene
         self.default_joint_pos = np.array(default_joint_positions(cfg.robot, m, list(sc.joint_ids)))
+        self.joint_names = [m.joint(int(j)).name for j in sc.joint_ids]
+        # the policy drives these actuators; the others hold the default pose
+        self.action_joints = np.array(policy_joint_indices(cfg.robot, self.joint_names), dtype=np.int64)
+        self.num_actions = len(self.action_joints)
         rng_lo, rng_hi = m.jnt_range[sc.joint_ids, 0], m.jnt_range[sc.joint_ids, 1]
         mid, half = (rng_lo + rng_hi) / 2, (rng_hi - rng_lo) / 2 * cfg.robot.soft_joint_limit
         self.joint_soft_limits = np.stack([mid - half, mid + half], axis=1)
@@ -123,6 +127,7 @@ class ParkourEnv:
         self.spawn_xy = np.zeros((n, 2))
         self.command = np.zeros((n, 3))
         self.heading_target = np.zeros(n)
+        self.heading_env = np.ones(n, dtype=bool)  # this env's command is a heading (else a yaw rate)
         self.command_timer = np.zeros(n)
         self.push_timer = np.zeros(n)
         self.actions = np.zeros((n, self.num_actions))
@@ -189,7 +194,7 @@ class ParkourEnv:
             q[j, 0:3] = (x, y, ground + cfg.robot.base_height + 0.01)
             self.spawn_xy[env] = (x, y)
         q[:, 3:7] = yaw_quat(yaw)
-        noise = rng.uniform(-1, 1, size=(k, self.num_actions)) * cfg.randomization.init_joint_noise
+        noise = rng.uniform(-1, 1, size=(k, self.model.nu)) * cfg.randomization.init_joint_noise
         q[:, self.scene.joint_qpos] = self.default_joint_pos + noise
         self.qpos[ids] = q
         self.qvel[ids] = 0.0
@@ -237,11 +242,13 @@ class ParkourEnv:
         self.command[ids, 1] = rng.uniform(*c.lin_vel_y, size=k)
         self.command[ids, 2] = rng.uniform(*c.ang_vel_yaw, size=k)
         self.heading_target[ids] = rng.uniform(-np.pi, np.pi, size=k)
+        self.heading_env[ids] = rng.uniform(size=k) < c.heading_fraction
         standing = rng.uniform(size=k) < c.standing_fraction
         self.command[ids[standing]] = 0.0
         goal = self.tile_has_goal[self.tile_ids[ids]]
         if goal.any():
             g_ids = ids[goal]
+            self.heading_env[g_ids] = True  # steered towards the goal
             self.command[g_ids, 0] = rng.uniform(*c.goal_speed, size=len(g_ids))
             self.command[g_ids, 1] = 0.0
         self.command_timer[ids] = 0.0
@@ -256,7 +263,9 @@ class ParkourEnv:
         a = np.minimum(np.maximum(a, -cfg.action_clip), cfg.action_clip)
         self.last_actions[:] = self.actions
         self.actions[:] = a
-        self.ctrl[:] = self.default_joint_pos + cfg.robot.action_scale * a
+        targets = np.repeat(self.default_joint_pos[None, :], self.num_envs, axis=0)
+        targets[:, self.action_joints] += cfg.robot.action_scale * a
+        self.ctrl[:] = targets
         self.batch.step(nstep=cfg.decimation)
 
         self.episode_length += 1
@@ -270,6 +279,8 @@ class ParkourEnv:
 
         self.last_foot_vel[:] = self.foot_vel
         s = self._read_state()
+        terminated, truncated, success = self._terminations(s)
+        s.terminated = terminated
         terms = np.stack([fn(s) for fn in self.reward_fns], axis=1) if self.reward_fns else np.zeros((self.num_envs, 0))
         weighted = terms * self.reward_weights[None, :] * self.dt
         reward = weighted.sum(axis=1)
@@ -278,7 +289,6 @@ class ParkourEnv:
         self.episode_return += reward
         self.episode_terms += weighted
 
-        terminated, truncated, success = self._terminations(s)
         done = terminated | truncated
         self._compute_obs(None)
         final_obs = None
@@ -327,10 +337,11 @@ class ParkourEnv:
         qpos, qvel = self.qpos, self.qvel
         yaw, gravity = yaw_and_gravity(qpos[:, 3:7])
         standing = (self.command[:, 0] == 0) & (self.command[:, 1] == 0)
+        heading = self.heading_env & ~standing if cfg.commands.heading_command else np.zeros(self.num_envs, dtype=bool)
         if cfg.commands.heading_command:
             err = wrap_angle(self.heading_target - yaw)
             lo, hi = cfg.commands.ang_vel_yaw
-            self.command[:, 2] = np.minimum(np.maximum(cfg.commands.heading_stiffness * err, lo), hi)
+            self.command[heading, 2] = np.minimum(np.maximum(cfg.commands.heading_stiffness * err[heading], lo), hi)
             self.command[standing, 2] = 0.0
         forces = self.sensordata[:, self._force_idx]  # [N, B*3] net contact force per body, world frame
         forces *= forces
@@ -348,8 +359,10 @@ class ParkourEnv:
             yaw=yaw,
             command=self.command,
             heading_target=self.heading_target,
-            heading_active=~standing if cfg.commands.heading_command else np.zeros(self.num_envs, dtype=bool),
+            heading_active=heading,
             joint_pos=qpos[:, sc.joint_qpos],
+            default_joint_pos=self.default_joint_pos,
+            joint_names=self.joint_names,
             joint_soft_limits=self.joint_soft_limits,
             actions=self.actions,
             last_actions=self.last_actions,
@@ -506,6 +519,7 @@ class ParkourEnv:
         self.command[ids, 0:2] = lin_vel
         if heading is not None:
             self.heading_target[ids] = heading
+            self.heading_env[ids] = True
         self.command_timer[ids] = 0.0
         self._read_state()
         self._compute_obs(ids)

@@ -100,6 +100,70 @@ def action_rate(s: TaskState) -> np.ndarray:
     return np.sum((s.actions - s.last_actions) ** 2, axis=1)
 
 
+def alive(s: TaskState) -> np.ndarray:
+    """1 every step the episode goes on."""
+    return np.ones(s.projected_gravity.shape[0])
+
+
+def termination(s: TaskState) -> np.ndarray:
+    """1 on the step the robot falls (the episode terminates), else 0."""
+    return s.terminated.astype(np.float64)
+
+
+def flat_orientation(s: TaskState) -> np.ndarray:
+    """|gravity_xy|^2 in the base frame: 0 upright, growing with tilt."""
+    return np.sum(s.projected_gravity[:, 0:2] ** 2, axis=1)
+
+
+def lin_vel_z(s: TaskState) -> np.ndarray:
+    """Vertical base velocity squared."""
+    return s.base_lin_vel[:, 2] ** 2
+
+
+def ang_vel_xy(s: TaskState) -> np.ndarray:
+    """Roll and pitch rates squared."""
+    return np.sum(s.base_ang_vel[:, 0:2] ** 2, axis=1)
+
+
+_JOINT_MASKS: dict[tuple, np.ndarray] = {}
+
+
+def joint_deviation(s: TaskState, joints: str = ".*") -> np.ndarray:
+    """Sum over the joints whose names match the regex ``joints`` of |q - q_default| (L1), radians."""
+    key = (tuple(s.joint_names), joints)
+    mask = _JOINT_MASKS.get(key)
+    if mask is None:
+        import re
+
+        mask = _JOINT_MASKS[key] = np.array([re.fullmatch(joints, n) is not None for n in s.joint_names])
+    return np.abs(s.joint_pos - s.default_joint_pos[None, :])[:, mask].sum(axis=1)
+
+
+class FeetAirTimeBiped:
+    """Single-stance time: while exactly one foot touches the ground, the shorter of the stance foot's contact
+    time and the swing foot's air time, capped at ``threshold`` seconds; 0 in double support, flight, or under
+    commands slower than ``min_command``. Rewards stepping with a rhythm; per-env timers, reset per env."""
+
+    def __init__(self, num_envs: int, threshold: float = 0.4, min_command: float = 0.1, contact_force: float = 1.0):
+        self.threshold, self.min_command, self.contact_force = threshold, min_command, contact_force
+        self.contact_time = np.zeros((num_envs, 2))
+        self.air_time = np.zeros((num_envs, 2))
+
+    def reset(self, ids: np.ndarray) -> None:
+        self.contact_time[ids] = 0.0
+        self.air_time[ids] = 0.0
+
+    def __call__(self, s: TaskState) -> np.ndarray:
+        contact = s.foot_contact_force > self.contact_force  # [N, 2]
+        self.contact_time = np.where(contact, self.contact_time + s.dt, 0.0)
+        self.air_time = np.where(contact, 0.0, self.air_time + s.dt)
+        in_mode = np.where(contact, self.contact_time, self.air_time)
+        single = contact.sum(axis=1) == 1
+        reward = np.minimum(np.where(single[:, None], in_mode, 0.0).min(axis=1), self.threshold)
+        moving = np.sum(s.command[:, 0:2] ** 2, axis=1) >= self.min_command**2
+        return reward * moving
+
+
 class FootAcceleration:
     """Accumulated excess foot acceleration: m <- alpha m + sum_feet max(|a_foot| - limit, 0).
 
@@ -151,7 +215,16 @@ REWARD_TERMS: dict[str, TermSpec] = {
     "opposite_direction": TermSpec("penalty", _stateless(opposite_direction)),
     "action_rate": TermSpec("penalty", _stateless(action_rate)),
     "foot_acceleration": TermSpec("penalty", lambda num_envs, **p: FootAcceleration(num_envs, **p)),
+    # shaping terms (the `locomotion` task's set; the paper's table is `locomotion_paper`)
+    "alive": TermSpec("reward", _stateless(alive)),
+    "termination": TermSpec("penalty", _stateless(termination)),
+    "flat_orientation": TermSpec("penalty", _stateless(flat_orientation)),
+    "lin_vel_z": TermSpec("penalty", _stateless(lin_vel_z)),
+    "ang_vel_xy": TermSpec("penalty", _stateless(ang_vel_xy)),
+    "joint_deviation": TermSpec("penalty", _stateless(joint_deviation)),
+    "feet_air_time": TermSpec("reward", lambda num_envs, **p: FeetAirTimeBiped(num_envs, **p)),
 }
+STATEFUL_TERMS = {"foot_acceleration": FootAcceleration, "feet_air_time": FeetAirTimeBiped}
 
 
 def term_parameters(name: str) -> set[str]:
@@ -160,6 +233,6 @@ def term_parameters(name: str) -> set[str]:
 
     make = REWARD_TERMS[name].make
     fn = getattr(make, "fn", None)
-    target = fn if fn is not None else FootAcceleration.__init__
+    target = fn if fn is not None else STATEFUL_TERMS[name].__init__
     skip = {"s", "self", "num_envs"}
     return {p for p in inspect.signature(target).parameters if p not in skip}

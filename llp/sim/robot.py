@@ -55,6 +55,11 @@ class RobotConfig:
     soft_joint_limit: float = field(
         default=0.9, doc="Fraction of each joint range inside which the joint-limit penalty is zero."
     )
+    policy_joints: list[str] = field(
+        default_factory=list,
+        doc="Regular expressions of the joints the policy drives; the other actuated joints hold the default pose "
+        "under PD. Empty: every actuated joint.",
+    )
 
     def validate(self, path: str) -> None:
         check(len(self.foot_bodies) == 2, f"{path}.foot_bodies", "a humanoid needs exactly two feet (left, right)")
@@ -132,3 +137,14 @@ def default_joint_positions(cfg: RobotConfig, model: mujoco.MjModel, joint_ids: 
         matches = [v for pattern, v in cfg.default_joint_pos.items() if re.fullmatch(pattern, name)]
         values.append(float(matches[0]) if matches else 0.0)
     return values
+
+
+def policy_joint_indices(cfg: RobotConfig, joint_names: list[str]) -> list[int]:
+    """Indices (in actuator order) of the joints the policy drives: those matching ``cfg.policy_joints``."""
+    import re
+
+    if not cfg.policy_joints:
+        return list(range(len(joint_names)))
+    chosen = [i for i, n in enumerate(joint_names) if any(re.fullmatch(p, n) for p in cfg.policy_joints)]
+    check(bool(chosen), "robot.policy_joints", f"{cfg.policy_joints} match none of the joints {joint_names}")
+    return chosen

@@ -23,6 +23,8 @@ class TaskState:
     heading_target: np.ndarray | None = None  # [N] commanded heading, radians
     heading_active: np.ndarray | None = None  # [N] bool: a heading is commanded (not standing, heading on)
     joint_pos: np.ndarray | None = None  # [N, J]
+    default_joint_pos: np.ndarray | None = None  # [J] the pose actions are offsets from
+    joint_names: list[str] | None = None  # [J] actuated joint names, in joint_pos order
     joint_soft_limits: np.ndarray | None = None  # [J, 2] lower/upper soft limits
     actions: np.ndarray | None = None  # [N, J] this step's actions
     last_actions: np.ndarray | None = None  # [N, J] the previous step's actions
@@ -37,3 +39,4 @@ class TaskState:
     on_obstacle_tile: np.ndarray | None = None  # [N] bool: the env's tile is a climb, vault or course
     termination_bodies: np.ndarray | None = None  # [B] bool: bodies whose contact ends the episode
     base_height: np.ndarray | None = None  # [N] base height above the ground under it, metres
+    terminated: np.ndarray | None = None  # [N] bool: this step ends the episode in a fall
