@@ -14,23 +14,22 @@ import ray
 from llp.config.resources import ResourcesConfig
 from llp.evaluation.protocol import Setting, Trial, TrialRecord
 from llp.evaluation.trials import StandStill, TrialRules, run_trials
+from llp.sim.config import EnvConfig
 
 
 class EvaluatorWorker:
     """Hosts an env of ``num_envs`` envs and a frozen policy; ``run(trials)`` returns one record per trial."""
 
     def __init__(
-        self, env_cfg: dict, num_envs: int, seed: int, program: bytes | None, spec: dict | None, threads: int = 1
+        self, env_cfg: EnvConfig, num_envs: int, seed: int, program: bytes | None, spec: dict | None, threads: int = 1
     ):
         import torch
 
-        from llp.config.schema import build
         from llp.learn.export import load_pt2
-        from llp.sim.config import EnvConfig
         from llp.sim.env import ParkourEnv
 
         torch.set_num_threads(1)
-        self.env = ParkourEnv(build(EnvConfig, env_cfg), num_envs, seed=seed, threads=threads)
+        self.env = ParkourEnv(env_cfg, num_envs, seed=seed, threads=threads)
         # no program: the stand-still baseline
         self.policy = load_pt2(program, spec) if program is not None else StandStill(self.env.num_actions)
 
@@ -43,7 +42,7 @@ class EvaluatorWorker:
 
 def evaluate_on_pool(
     resources: ResourcesConfig,
-    env_cfg: dict,
+    env_cfg: EnvConfig,
     envs_per_actor: int,
     seed: int,
     program: bytes | None,

@@ -91,7 +91,6 @@ def evaluate_policy(policy, cfg: EvaluateConfig, resources, seed: int, on_progre
     over the Ray pool (which the caller has started); returns the report. The same seed gives the same trials,
     whatever the policy."""
     from llp.actors.evaluator import evaluate_on_pool
-    from llp.config.schema import to_dict
     from llp.evaluation.protocol import plan_trials, settings_for, summarize
     from llp.evaluation.trials import TrialRules
 
@@ -111,7 +110,7 @@ def evaluate_policy(policy, cfg: EvaluateConfig, resources, seed: int, on_progre
     settings = settings_for(env_cfg.terrain, cfg.trials, cfg.transition_trials, cfg.traverse_types)
     trials = plan_trials(settings, seed)
     records = evaluate_on_pool(
-        resources, to_dict(env_cfg), cfg.envs_per_actor, seed, program, spec, settings, trials, rules, on_progress
+        resources, env_cfg, cfg.envs_per_actor, seed, program, spec, settings, trials, rules, on_progress
     )
     report = summarize(settings, records)
     report.update(model=uri, seed=seed, task=cfg.task, robot=cfg.robot, rules=rules.__dict__)

@@ -109,3 +109,16 @@ def test_trials_on_the_simulator_end_exactly_once_and_standing_still_scores_the_
         (r.outcome, round(r.tracking_kernel, 6)) for r in records
     ]
     assert np.isfinite([r.tracking_kernel for r in records]).all()
+
+
+def test_gait_strip_of_the_stand_still_baseline(tmp_path, llp):
+    out = tmp_path / "gait.png"
+    result = llp(
+        "render", "gait", "--model", "stand-still", "--profile", "smoke", "--tile-type", "flat", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = llp(
+        "render", "gait", "--model", "stand-still", "--profile", "smoke", "--tile-type", "climb", "--out", str(out)
+    )
+    assert bad.returncode == 2 and "not a tile of the task" in bad.stderr
