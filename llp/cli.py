@@ -264,18 +264,19 @@ def _render_gait(args: argparse.Namespace) -> int:
         return 2
     cfg = _load(args)
     eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
-    env = ParkourEnv(eval_cfg.env_config(), 1, seed=args.seed)
+    program, spec = None, None
+    if args.model != "stand-still":
+        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment)
+        program, spec = tracking.download_policy(tracking.resolve_model_uri(args.model))
+    joints = None if spec is None else spec.get("action_joints")
+    env = ParkourEnv(eval_cfg.env_config(action_joints=joints), 1, seed=args.seed)
     if args.tile_type not in env.cfg.terrain.tile_types:
         print(
             f"llp: --tile-type {args.tile_type!r} is not a tile of the task {env.cfg.terrain.tile_types}",
             file=sys.stderr,
         )
         return 2
-    if args.model == "stand-still":
-        policy = StandStill(env.num_actions)
-    else:
-        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment)
-        policy = load_pt2(*tracking.download_policy(tracking.resolve_model_uri(args.model)))
+    policy = StandStill(env.num_actions) if spec is None else load_pt2(program, spec)
     fig = gait_strip(env, policy, args.tile_type, args.level)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
