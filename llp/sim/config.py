@@ -22,6 +22,7 @@ OBSERVATION_TERMS = (
     "group_onehot",  # one-hot of the env's tile column (expert group)
     "amp_features",  # AMP's state features: base height, gravity, base velocities, joint positions and velocities
     "progress",  # course progress: metres along the course past its first phase trigger (-10 on tiles without)
+    "gait_clock",  # cos and sin of each foot's gait phase (4 values); the phase the feet_phase reward follows
 )
 
 
@@ -56,6 +57,20 @@ class TermConfig:
 
     weight: float = field(doc="Weight; rewards need >= 0, penalties <= 0.")
     params: dict[str, Any] = field(default_factory=dict, doc="Keyword parameters of the term function.")
+
+
+@dataclass(kw_only=True)
+class GaitConfig:
+    """A gait clock: each foot's phase advances at a per-episode frequency, the right foot half a cycle behind
+    the left. Observed as ``gait_clock``; the ``feet_phase`` reward asks the feet to follow it."""
+
+    frequency: tuple[float, float] = field(
+        default=(1.25, 1.5), doc="Stride frequency range, Hz, drawn per episode (MuJoCo Playground G1: 1.25-1.5)."
+    )
+
+    def validate(self, path: str) -> None:
+        lo, hi = self.frequency
+        check(0 < lo <= hi, f"{path}.frequency", f"needs 0 < low <= high, got {list(self.frequency)}")
 
 
 @dataclass(kw_only=True)
@@ -152,6 +167,7 @@ class EnvConfig:
     )
     terminations: TerminationConfig = field(default_factory=TerminationConfig, doc="Episode ends.")
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig, doc="Domain randomisation.")
+    gait: GaitConfig = field(default_factory=GaitConfig, doc="Gait clock (observation gait_clock, reward feet_phase).")
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig, doc="Terrain curriculum.")
 
     @property

@@ -142,6 +142,7 @@ class ParkourEnv:
         self.added_mass = np.zeros(n)
         self.motor_strength = np.ones(n)
         self.goal_reached = np.zeros(n, dtype=bool)
+        self.gait_freq = np.full(n, cfg.gait.frequency[0])  # stride frequency, Hz, drawn per episode
         # each env simulates its own model: its tile's terrain, plus its randomised physics when randomisation
         # is on (then a private copy, re-copied only when the env changes tile)
         self.model_tile = np.full(n, -1)
@@ -212,6 +213,7 @@ class ParkourEnv:
         self.command_timer[ids] = 0.0
         self.push_timer[ids] = 0.0
         self._resample_commands(ids)
+        self.gait_freq[ids] = rng.uniform(*cfg.gait.frequency, size=k)
         for fn in self.reward_fns:
             if hasattr(fn, "reset"):
                 fn.reset(ids)
@@ -377,9 +379,17 @@ class ParkourEnv:
             on_obstacle_tile=self.tile_has_goal[self.tile_ids],
             termination_bodies=self.termination_bodies,
             base_height=qpos[:, 2] - ground,
+            gait_phase=self.gait_phase(),
         )
         self._state = s
         return s
+
+    def gait_phase(self) -> np.ndarray:
+        """Each foot's gait phase in [0, 2 pi) [N, 2]: the left foot swings in [0, pi), the right half a cycle
+        later. It advances with episode time at the env's stride frequency."""
+        cycles = self.gait_freq * self.episode_length * self.dt
+        left = 2 * np.pi * (cycles % 1.0)
+        return np.stack([left, (left + np.pi) % (2 * np.pi)], axis=1)
 
     def _terminations(self, s: TaskState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t = self.cfg.terminations
@@ -471,6 +481,9 @@ class ParkourEnv:
             trigger = self.tile_trigger0[self.tile_ids[sel]]
             past = np.where(np.isnan(trigger), NO_COURSE_PROGRESS, self.qpos[sel, 0] - np.nan_to_num(trigger))
             self._write("progress", sel, past[:, None], n)
+        if "gait_clock" in needed:
+            phase = s.gait_phase[sel]
+            self._write("gait_clock", sel, np.concatenate([np.cos(phase), np.sin(phase)], axis=1), n)
         if "group_onehot" in needed:
             onehot = np.eye(self.num_columns)[self.column[sel]]
             self._write("group_onehot", sel, onehot, n)

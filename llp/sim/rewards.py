@@ -139,6 +139,19 @@ def joint_deviation(s: TaskState, joints: str = ".*") -> np.ndarray:
     return np.abs(s.joint_pos - s.default_joint_pos[None, :])[:, mask].sum(axis=1)
 
 
+def feet_phase(s: TaskState, swing_height: float = 0.1, sigma: float = 0.01, min_command: float = 0.1) -> np.ndarray:
+    """Feet follow the gait clock: exp(-sum_feet (clearance - target)^2 / sigma), where clearance is the sole's
+    height above the highest ground under it and the target rises to ``swing_height`` and back in a half-sine
+    while the foot's phase is in [0, pi) (swing) and is 0 in stance. 0 under commands slower than
+    ``min_command`` (m/s and rad/s), so standing still is not asked to step."""
+    clearance = s.foot_pos[:, :, 2] - s.foot_ray_heights.max(axis=2)
+    swing = s.gait_phase < np.pi
+    target = np.where(swing, swing_height * np.sin(np.minimum(s.gait_phase, np.pi)), 0.0)
+    reward = np.exp(-np.sum((clearance - target) ** 2, axis=1) / sigma)
+    moving = np.max(np.abs(s.command), axis=1) >= min_command
+    return reward * moving
+
+
 class FeetAirTimeBiped:
     """Single-stance time: while exactly one foot touches the ground, the shorter of the stance foot's contact
     time and the swing foot's air time, capped at ``threshold`` seconds; 0 in double support, flight, or under
@@ -223,6 +236,7 @@ REWARD_TERMS: dict[str, TermSpec] = {
     "ang_vel_xy": TermSpec("penalty", _stateless(ang_vel_xy)),
     "joint_deviation": TermSpec("penalty", _stateless(joint_deviation)),
     "feet_air_time": TermSpec("reward", lambda num_envs, **p: FeetAirTimeBiped(num_envs, **p)),
+    "feet_phase": TermSpec("reward", _stateless(feet_phase)),
 }
 STATEFUL_TERMS = {"foot_acceleration": FootAcceleration, "feet_air_time": FeetAirTimeBiped}
 

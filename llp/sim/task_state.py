@@ -40,3 +40,4 @@ class TaskState:
     termination_bodies: np.ndarray | None = None  # [B] bool: bodies whose contact ends the episode
     base_height: np.ndarray | None = None  # [N] base height above the ground under it, metres
     terminated: np.ndarray | None = None  # [N] bool: this step ends the episode in a fall
+    gait_phase: np.ndarray | None = None  # [N, 2] each foot's gait-clock phase in [0, 2 pi); swing in [0, pi)
