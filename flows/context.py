@@ -56,6 +56,11 @@ class StageContext:
 
         plt.close(fig)
 
+    def log_file(self, local: Path, artifact_path: str) -> None:
+        from mlflow import MlflowClient
+
+        MlflowClient().log_artifact(self.mlflow_run_id, str(local), artifact_path)
+
     def log_json(self, data: Any, artifact_file: str) -> None:
         tracking.log_json(self.mlflow_run_id, data, artifact_file)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from llp.config.pipeline import PipelineConfig, config_hash, resolved
 from llp.config.schema import build
 from llp.flows.ledger import Ledger
+from llp.flows.run_state import this_process
 from llp.infra.services import Service, prefect_env, start_prefect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,26 +124,30 @@ def run_pipeline(
         created=ledger.data.get("created") or time.time(),
         stages_selected=selected,
         state="running",
+        error=None,
+        ended=None,
         ray_logs=ray_logs_location(run_dir / "ray"),
+        experiment=cfg.experiment,
+        driver=this_process(),  # later commands tell a killed run from a running one by this
     )
 
     from llp.flows import tracking  # imports mlflow
 
     uri = tracking.configure(run_root, cfg.experiment)
     parent = tracking.find_run({"llp.pipeline_run": run_id, "llp.kind": "pipeline"}, cfg.experiment)
-    import mlflow
+    from mlflow import MlflowClient
 
-    if parent is None:
-        with mlflow.start_run(
-            run_name=f"pipeline {run_id}",
-            tags={"llp.pipeline_run": run_id, "llp.kind": "pipeline", "llp.profile": cfg.profile},
-        ) as run:
-            parent_id = run.info.run_id
-            from llp.flows.context import flatten
-
-            mlflow.log_params({k: v[:6000] for k, v in list(flatten(resolved(cfg)).items())[:500]})
+    client = MlflowClient()
+    if parent is None:  # the pipeline's run stays RUNNING until the pipeline ends, then says how it ended
+        parent_id = tracking.start_parent_run(
+            cfg.experiment,
+            f"pipeline {run_id}",
+            {"llp.pipeline_run": run_id, "llp.kind": "pipeline", "llp.profile": cfg.profile},
+            resolved(cfg),
+        )
     else:
         parent_id = parent.info.run_id
+        client.update_run(parent_id, status="RUNNING")
     ledger.set(mlflow_tracking_uri=uri, mlflow_parent_run=parent_id, mlflow_link=tracking.run_link(parent_id))
 
     prepare_prefect(run_root)
@@ -189,7 +194,7 @@ def run_pipeline(
             stream,
         )
 
-    @flow(name=cfg.name, log_prints=False)
+    @flow(name=cfg.name, flow_run_name="{run_id}", log_prints=False)
     def llp_pipeline(run_id: str, stages: list[str]) -> dict:
         from llp.stages.registry import STAGES
 
@@ -258,8 +263,17 @@ def run_pipeline(
             outputs = llp_pipeline(run_id, selected)
         except Exception as err:  # the flow failed: the ledger says where, the caller says how to resume
             ledger.set(state="failed", ended=time.time(), error=repr(err))
+            client.set_terminated(parent_id, "FAILED")
             return PipelineResult(run_id, "failed", ledger.data.get("prefect_flow_run"), {}, repr(err))
+        except BaseException as err:  # interrupted (Ctrl-C, SIGTERM): say so everywhere, then let it end
+            for st in ledger.data.get("stages", {}).values():
+                if st.get("state") == "running":
+                    st.update(state="interrupted", ended=time.time())
+            ledger.set(state="interrupted", ended=time.time(), error=repr(err))
+            client.set_terminated(parent_id, "KILLED")
+            raise
     ledger.set(state="completed", ended=time.time())
+    client.set_terminated(parent_id, "FINISHED")
     return PipelineResult(run_id, "completed", ledger.data.get("prefect_flow_run"), outputs)
 
 
@@ -398,5 +412,8 @@ def execute_stage(
             ledger.save()
     except Exception:
         ledger.stage_update(stage, state="failed", error=traceback.format_exc(limit=3))
+        raise
+    except BaseException as err:
+        ledger.stage_update(stage, state="interrupted", ended=time.time(), error=repr(err))
         raise
     return {"outputs": outputs, "mlflow_run_id": run.info.run_id, "cache_key": key, "pipeline_run": run_id}

@@ -58,13 +58,29 @@ def configure(run_root: Path, experiment: str) -> str:
     return uri
 
 
+def start_parent_run(experiment: str, name: str, tags: dict[str, str], config: dict) -> str:
+    """A pipeline's MLflow run, created RUNNING (its stages nest under it), with the resolved config as
+    parameters; ended by ``set_terminated`` when the pipeline ends."""
+    from mlflow.entities import Param
+
+    from llp.flows.context import flatten
+
+    client = MlflowClient()
+    exp = mlflow.get_experiment_by_name(experiment)
+    run = client.create_run(exp.experiment_id, tags={**tags, "mlflow.runName": name}, run_name=name)
+    params = [Param(k, v[:6000]) for k, v in list(flatten(config).items())[:500]]
+    for i in range(0, len(params), 100):
+        client.log_batch(run.info.run_id, params=params[i : i + 100])
+    return run.info.run_id
+
+
 def run_link(run_id: str) -> str:
     """Where a person looks at a run: the server's UI page, or the local store to open with ``mlflow ui``."""
     uri = mlflow.get_tracking_uri()
     run = MlflowClient().get_run(run_id)
     if uri.startswith("http"):
         return f"{uri.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
-    return f"{uri} (experiment {run.info.experiment_id}, run {run_id}; view with `mlflow ui --backend-store-uri {uri}`)"
+    return f"{uri} (experiment {run.info.experiment_id}, run {run_id}; see it with `llp ui`)"
 
 
 def find_run(tags: dict[str, str], experiment: str) -> Any | None:

@@ -61,10 +61,40 @@ def ray_temp_dir(log_dir: Path) -> Path:
     return short
 
 
-def check_local_ray(log_dir: Path) -> None:
-    """Fail before any work if a local Ray (no RAY_ADDRESS) could not start for this run folder."""
-    if not os.environ.get("RAY_ADDRESS"):
-        ray_temp_dir(log_dir)
+def check_local_ray(log_dir: Path, cpu_demand: float | None = None) -> None:
+    """Fail before any work if Ray could not serve this run: a local Ray (no RAY_ADDRESS) whose socket paths
+    would not fit, fewer CPUs here than the actors reserve, or a RAY_ADDRESS where nothing answers."""
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        check_ray_address(address)
+        return
+    ray_temp_dir(log_dir)
+    cpus = os.cpu_count() or 1
+    if cpu_demand is not None and cpu_demand > cpus + 1e-9:
+        raise ValueError(
+            f"the actors reserve {cpu_demand:g} CPUs (resources.sim_actors x sim_actor_cpus + learner_cpus) but "
+            f"this machine has {cpus}: Ray would wait for them forever. Lower resources.sim_actors or "
+            "resources.sim_actor_cpus, or set RAY_ADDRESS to a cluster"
+        )
+
+
+def check_ray_address(address: str, timeout: float = 5.0) -> None:
+    """A host:port RAY_ADDRESS must accept a connection (ray.init would otherwise retry for minutes)."""
+    import socket
+
+    if address in ("auto", "local") or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"RAY_ADDRESS={address!r}: expected HOST:PORT of a Ray head node's GCS (e.g. 10.0.0.5:6379)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"RAY_ADDRESS={address}: no Ray head answers there ({err.strerror or err}); start the cluster "
+            "(`ray start --head`) or unset RAY_ADDRESS to run on a local Ray"
+        ) from None
 
 
 def prepare_temp_dir(log_dir: Path) -> Path:

@@ -104,7 +104,7 @@ def prefect_env(home: Path) -> dict[str, str]:
         "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
         "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "storage"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_UI_ENABLED": "false",
+        "PREFECT_SERVER_UI_ENABLED": "true",  # `llp ui` and --keep-servers show the flow runs in a browser
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
         "PREFECT_LOGGING_LEVEL": os.environ.get("PREFECT_LOGGING_LEVEL", "WARNING"),
         "PREFECT_LOGGING_TO_API_ENABLED": "false",
@@ -112,7 +112,8 @@ def prefect_env(home: Path) -> dict[str, str]:
 
 
 def start_prefect(home: Path, timeout: float = 180.0) -> Service:
-    """Prefect's own server with its database under ``home``; reused if one for ``home`` is already healthy."""
+    """Prefect's own server (API and UI) with its database under ``home``; reused if one for ``home`` is already
+    healthy."""
     info = home / "server.json"
     if info.exists():
         data = json.loads(info.read_text())
@@ -122,6 +123,7 @@ def start_prefect(home: Path, timeout: float = 180.0) -> Service:
     env.pop("PREFECT_API_URL", None)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
+    env["PREFECT_UI_API_URL"] = url  # the UI's pages call this API (Prefect's default is port 4200)
     cmd = [
         str(BIN / "python"),
         "-m",
@@ -132,7 +134,6 @@ def start_prefect(home: Path, timeout: float = 180.0) -> Service:
         "127.0.0.1",
         "--port",
         str(port),
-        "--no-ui",
         "--analytics-off",
     ]
     service = _spawn("prefect server", cmd, env, home / "server.log", url + "/health", timeout)

@@ -54,10 +54,16 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     from llp.infra.ray_runtime import check_local_ray
 
     run_root = Path(cfg.run_root)
-    check_local_ray(run_root.resolve() / run_id / "ray")  # a path Ray cannot use fails here, before any work
+    # a path Ray cannot use, more CPUs than there are, or a cluster that does not answer: fail before any work
+    check_local_ray(run_root.resolve() / run_id / "ray", cfg.resources.cpu_demand())
+    _check_tracking_server()
     service = prepare_prefect(run_root)
     started_here = service is not None and service.proc is not None
     try:
+        if (run_root / run_id / "ledger.json").exists():  # resuming a killed run: record that it crashed
+            from llp.flows.run_state import reconcile
+
+            reconcile(run_root.resolve(), run_id, prefect=True)
         result = run_pipeline(cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage, force=args.force)
     finally:
         if started_here and not args.keep_servers:
@@ -73,6 +79,19 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
         print(f"llp: fix the cause, then `llp resume {run_id}` re-runs only unfinished stages", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_tracking_server() -> None:
+    """An MLflow server named by MLFLOW_TRACKING_URI must answer now, not after minutes of retries."""
+    import os
+
+    from llp.infra.services import healthy
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if uri.startswith(("http://", "https://")) and not any(healthy(uri.rstrip("/") + "/health") for _ in range(3)):
+        raise ValueError(
+            f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers there (GET /health); start it or unset it"
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -105,9 +124,15 @@ def _print_status(run_root, run_id: str) -> None:
     import datetime
 
     from llp.flows.ledger import Ledger
+    from llp.flows.run_state import driver_alive
 
     ledger = Ledger(run_root / run_id / "ledger.json").data
-    print(f"\npipeline run {run_id}  profile {ledger.get('profile')}  state {ledger.get('state')}")
+    state = ledger.get("state")
+    if state == "running" and driver_alive(ledger.get("driver")) is None and ledger.get("driver"):
+        state = f"running (on {ledger['driver']['host']}, pid {ledger['driver']['pid']})"
+    elif state in ("failed", "crashed", "interrupted") and ledger.get("error"):
+        state = f"{state}: {ledger['error'][:200]}"
+    print(f"\npipeline run {run_id}  profile {ledger.get('profile')}  state {state}")
     print(f"Prefect flow run: {ledger.get('prefect_flow_run')}  ({ledger.get('prefect_api')})")
     print(f"MLflow: {ledger.get('mlflow_link')}")
     print(f"Ray logs: {ledger.get('ray_logs', '-')}")
@@ -137,7 +162,44 @@ def cmd_status(args: argparse.Namespace) -> int:
     if run not in runs:
         print(f"llp: no pipeline run {run!r} under {root}/ (runs: {', '.join(runs)})", file=sys.stderr)
         return 2
+    from llp.flows.ledger import Ledger
+    from llp.flows.run_state import crashed, reconcile
+
+    if crashed(Ledger(root / run / "ledger.json")):
+        reconcile(root.resolve(), run)  # ledger and MLflow say crashed from now on
     _print_status(root, run)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """Prefect's and MLflow's UIs for one run; stops what it started on Ctrl-C (or after --for seconds)."""
+    import time
+    from pathlib import Path
+
+    root = Path(args.run_root)
+    runs = sorted((p.parent.name for p in root.glob("*/ledger.json")), key=lambda r: (root / r).stat().st_mtime)
+    if not runs:
+        print(f"llp: no pipeline runs under {root}/", file=sys.stderr)
+        return 1
+    run = args.run or runs[-1]
+    if run not in runs:
+        print(f"llp: no pipeline run {run!r} under {root}/ (runs: {', '.join(runs)})", file=sys.stderr)
+        return 2
+    from llp.flows.ui import open_ui
+
+    print(f"llp: starting the UIs for run {run} ...", flush=True)
+    session = open_ui(root, run)
+    try:
+        print(f"Prefect: {session.prefect_url}\nMLflow:  {session.mlflow_url}", flush=True)
+        what = ", ".join(s.name for s in session.started) or "nothing (both servers were already up)"
+        print(f"started here: {what}; Ctrl-C stops it", flush=True)
+        deadline = time.time() + args.seconds if args.seconds else None
+        while deadline is None or time.time() < deadline:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        session.close()
     return 0
 
 
@@ -161,7 +223,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         eval_cfg = dataclasses.replace(eval_cfg, trials=args.trials, transition_trials=args.trials)
     run_root = Path(cfg.run_root).resolve()
     out_dir = run_root / "evaluations" / time.strftime("%Y%m%d-%H%M%S")
-    check_local_ray(out_dir / "ray")
+    check_local_ray(out_dir / "ray", cfg.resources.sim_actors * cfg.resources.sim_actor_cpus)
+    _check_tracking_server()
     policy = None  # the stand-still baseline
     if args.model != "stand-still":
         from llp.flows import tracking
@@ -285,13 +348,71 @@ def _render_gait(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_play(args: argparse.Namespace) -> int:
+    """A video of a registered policy (or the stand-still baseline) on one tile, rendered offscreen."""
+    from pathlib import Path
+
+    from llp.stages.evaluate import EvaluateConfig
+    from llp.stages.registry import stage_config
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".mp4":
+        print(f"llp: --out {args.out!r}: expected a .mp4 path", file=sys.stderr)
+        return 2
+    if args.gif and Path(args.gif).suffix.lower() != ".gif":
+        print(f"llp: --gif {args.gif!r}: expected a .gif path", file=sys.stderr)
+        return 2
+    if not args.seconds > 0:
+        print("llp: --seconds must be positive", file=sys.stderr)
+        return 2
+    try:
+        width, height = (int(v) for v in args.size.lower().split("x"))
+        assert 16 <= width <= 1920 and 16 <= height <= 1080
+    except (ValueError, AssertionError):
+        print(f"llp: --size {args.size!r}: expected WIDTHxHEIGHT within 16x16..1920x1080", file=sys.stderr)
+        return 2
+    cfg = _load(args)
+    eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
+    terrain = eval_cfg.env_config().terrain
+    if args.terrain not in terrain.tile_types:
+        print(f"llp: --terrain {args.terrain!r} is not a tile of the task {terrain.tile_types}", file=sys.stderr)
+        return 2
+    if not 0 <= args.level < terrain.num_levels:
+        print(f"llp: --level {args.level}: the task's levels are 0..{terrain.num_levels - 1}", file=sys.stderr)
+        return 2
+    frozen = None
+    if args.model != "stand-still":
+        from llp.flows import tracking
+        from llp.learn.spec import FrozenPolicy
+
+        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment)
+        uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before any rendering
+        frozen = FrozenPolicy(uri, *tracking.download_policy(uri))
+    from llp.evaluation.video import policy_clip, write_gif, write_mp4
+
+    clip = policy_clip(frozen, eval_cfg, args.terrain, args.level, args.seconds, (width, height), args.seed)
+    write_mp4(clip.frames, clip.fps, out)
+    outcome = "fell" if clip.fell else f"{clip.distance_m:.2f} m from the spawn"
+    print(f"{out}: {len(clip.frames)} frames, {width}x{height} at {clip.fps:.0f} fps; {outcome}")
+    if args.gif:
+        print(write_gif(clip.frames, clip.fps, args.gif))
+    return 0
+
+
+PROFILE_HELP = (
+    "conf/profile/<name>.yaml. local (the default): a walking teacher and its evaluation, about 70 min on "
+    "2 cores; smoke: every stage for a few iterations, about 2 min (the tests); cluster: the paper's budgets, "
+    "for a Ray cluster with GPUs (days)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llp", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def pipeline_options(q: argparse.ArgumentParser, profile: bool = True) -> None:
         if profile:
-            q.add_argument("--profile", default="local", help="conf/profile/<name>.yaml: smoke, local or cluster")
+            q.add_argument("--profile", default="local", help=PROFILE_HELP)
         q.add_argument(
             "--set",
             action="append",
@@ -328,6 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--run-root", default="runs")
     q.set_defaults(fn=cmd_status)
 
+    q = sub.add_parser("ui", help="open Prefect's and MLflow's UIs for a run (prints both URLs)")
+    q.add_argument("run", nargs="?", help="run id (default: the latest)")
+    q.add_argument("--run-root", default="runs")
+    q.add_argument("--for", dest="seconds", type=float, help="stop after this many seconds (default: Ctrl-C)")
+    q.set_defaults(fn=cmd_ui)
+
     q = sub.add_parser("stages", help="list the pipeline's stages")
     pipeline_options(q)
     q.set_defaults(fn=cmd_stages)
@@ -357,6 +484,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--steps", type=int, default=200, help="sim: policy steps per measurement")
     b.add_argument("--iterations", type=int, default=6, help="rllib: training iterations per library")
     b.set_defaults(fn=cmd_bench)
+
+    v = sub.add_parser("play", help="render a video (MP4, optionally GIF) of a policy walking on one tile")
+    v.add_argument("--model", required=True, help="models:/ URI of the policy, or stand-still")
+    v.add_argument("--terrain", default="flat", help="tile type (default flat)")
+    v.add_argument("--level", type=int, default=0, help="difficulty level of the tile")
+    v.add_argument("--seconds", type=float, default=6.0, help="length of the clip (it ends early on a fall)")
+    v.add_argument("--size", default="480x360", help="WIDTHxHEIGHT in pixels")
+    v.add_argument("--out", required=True, help="MP4 path to write")
+    v.add_argument("--gif", help="also write this GIF (half size, half frame rate)")
+    v.add_argument("--seed", type=int, default=0)
+    pipeline_options(v)
+    v.set_defaults(fn=cmd_play)
 
     r = sub.add_parser("render", help="write a PNG of a terrain layout, a depth image or a policy's gait")
     r.add_argument("what", choices=["terrain", "depth", "gait"])

@@ -44,6 +44,9 @@ class EvaluateConfig:
     stuck_s: float = field(default=4.0, doc="A trial without stuck_distance of progress for this long is stuck.")
     stuck_distance: float = field(default=0.25, doc="Progress that counts, metres.")
     envs_per_actor: int = field(default=64, doc="Envs per evaluator actor (trials run in waves of this size).")
+    video_seconds: float = field(
+        default=4.0, doc="A clip this long per tile type goes to the stage's MLflow run (evaluation/videos/); 0: none."
+    )
     retries: int = field(default=1, doc="Prefect retries of this stage.")
 
     def validate(self, path: str) -> None:
@@ -51,6 +54,7 @@ class EvaluateConfig:
         check(self.transition_trials >= 1, f"{path}.transition_trials", "must be >= 1")
         check(self.duration_s > 0, f"{path}.duration_s", "must be positive")
         check(self.envs_per_actor >= 1, f"{path}.envs_per_actor", "must be >= 1")
+        check(self.video_seconds >= 0, f"{path}.video_seconds", "must be >= 0 (0: no videos)")
         check(self.stuck_s > 0 and self.stuck_distance > 0, f"{path}.stuck_s", "stuck_s and stuck_distance > 0")
         env = self.env_config(path)
         half = min(env.terrain.tile_length, env.terrain.tile_width) / 2
@@ -141,4 +145,23 @@ def run(ctx, cfg: EvaluateConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.evaluation.pictures import success_figure
 
     ctx.log_figure(success_figure(report), "evaluation/success.png")
+    if cfg.video_seconds > 0:
+        _log_videos(ctx, cfg, uri)
     return {}
+
+
+def _log_videos(ctx, cfg: EvaluateConfig, uri: str) -> None:
+    """One clip per tile type, at the middle difficulty, straight ahead at the traverse speed."""
+    import tempfile
+    from pathlib import Path
+
+    from llp.evaluation.video import policy_clip, write_mp4
+
+    frozen = ctx.frozen_policy(uri)
+    terrain = cfg.env_config().terrain
+    level = terrain.num_levels // 2
+    with tempfile.TemporaryDirectory() as tmp:
+        for tile_type in terrain.tile_types:
+            clip = policy_clip(frozen, cfg, tile_type, level, cfg.video_seconds, seed=ctx.seed)
+            path = write_mp4(clip.frames, clip.fps, Path(tmp) / f"{tile_type}_level{level}.mp4")
+            ctx.log_file(path, "evaluation/videos")

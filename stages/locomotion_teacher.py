@@ -46,6 +46,13 @@ class LocomotionTeacherConfig:
         check(self.iterations >= 1, f"{path}.iterations", "must be >= 1")
         check(self.checkpoint_every >= 1, f"{path}.checkpoint_every", "must be >= 1")
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
+        per_actor = self.envs_per_actor * self.ppo.num_steps
+        check(
+            self.ppo.num_minibatches <= per_actor,
+            f"{path}.ppo.num_minibatches",
+            f"{self.ppo.num_minibatches} minibatches cannot split a rollout of {per_actor} steps per actor "
+            f"(envs_per_actor x num_steps)",
+        )
         checked_env_config(self.task, self.robot, self.env, path)
 
 

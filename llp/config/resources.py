@@ -35,3 +35,9 @@ class ResourcesConfig:
         check(self.sim_threads >= 1, f"{path}.sim_threads", "must be >= 1")
         check(self.learner_threads >= 1, f"{path}.learner_threads", "must be >= 1")
         check(self.max_restarts >= 0 and self.task_retries >= 0, f"{path}.max_restarts", "must be >= 0")
+
+    def cpu_demand(self) -> float:
+        """CPUs a training stage's actors reserve at once (Ray waits forever for CPUs that never come)."""
+        if self.mode == "colocated":
+            return self.sim_actor_cpus
+        return self.sim_actors * self.sim_actor_cpus + self.learner_cpus

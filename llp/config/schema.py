@@ -9,6 +9,7 @@ that names the full key path and what is allowed there.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -98,6 +99,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         check(ok, path, f"got {value!r}, expected a number")
+        check(math.isfinite(value), path, f"got {value!r}, expected a finite number")
         return float(value)
     if tp is str:
         check(isinstance(value, str), path, f"got {value!r}, expected a string")

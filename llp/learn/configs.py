@@ -6,6 +6,15 @@ from dataclasses import dataclass
 
 from llp.config.schema import check, field
 
+# the activations rsl_rl's MLP knows (rsl_rl.utils.resolve_nn_activation)
+ACTIVATIONS = ("elu", "selu", "relu", "crelu", "lrelu", "tanh", "sigmoid", "softplus", "gelu", "swish", "mish")
+
+
+def _check_net(path: str, hidden_dims: list[int], activation: str, name: str = "hidden_dims") -> None:
+    check(len(hidden_dims) > 0, f"{path}.{name}", "needs at least one hidden layer")
+    check(all(d >= 1 for d in hidden_dims), f"{path}.{name}", f"layer sizes must be >= 1, got {hidden_dims}")
+    check(activation in ACTIVATIONS, f"{path}.activation", f"got {activation!r}, allowed: {', '.join(ACTIVATIONS)}")
+
 
 @dataclass(kw_only=True)
 class ActorConfig:
@@ -27,8 +36,11 @@ class ActorConfig:
         check(len(self.obs) > 0, f"{path}.obs", "needs at least one observation term")
         for i, ref in enumerate(self.obs):
             check(ref.count("/") == 1, f"{path}.obs[{i}]", f"expected 'group/term', got {ref!r}")
+        _check_net(path, self.hidden_dims, self.activation)
+        check(all(d >= 1 for d in self.encoder_dims), f"{path}.encoder_dims", "layer sizes must be >= 1")
         check(self.num_frames >= 1, f"{path}.num_frames", "must be >= 1")
         check(self.gru_hidden >= 0, f"{path}.gru_hidden", "must be >= 0")
+        check(self.gru_layers >= 1, f"{path}.gru_layers", "must be >= 1")
         check(self.init_std > 0, f"{path}.init_std", "must be positive")
         check(
             self.reconstruct is None or self.gru_hidden > 0,
@@ -50,6 +62,7 @@ class CriticConfig:
     def validate(self, path: str) -> None:
         check(len(self.obs) > 0, f"{path}.obs", "needs at least one observation term")
         check(self.num_heads >= 1, f"{path}.num_heads", "must be >= 1")
+        _check_net(path, self.hidden_dims, self.activation)
 
 
 @dataclass(kw_only=True)
@@ -87,6 +100,12 @@ class PPOConfig:
         check(0 < self.gamma <= 1, f"{p}gamma", "must be in (0, 1]")
         check(0 <= self.lam <= 1, f"{p}lam", "must be in [0, 1]")
         check(self.learning_rate > 0, f"{p}learning_rate", "must be positive")
+        check(self.clip > 0, f"{p}clip", "must be positive (PPO's clipping range, e.g. 0.2)")
+        check(self.desired_kl > 0, f"{p}desired_kl", "must be positive")
+        check(self.max_grad_norm > 0, f"{p}max_grad_norm", "must be positive")
+        check(self.value_coef >= 0, f"{p}value_coef", "must be >= 0")
+        check(self.entropy_coef >= 0, f"{p}entropy_coef", "must be >= 0")
+        check(self.recon_coef >= 0, f"{p}recon_coef", "must be >= 0")
         check(self.schedule in ("adaptive", "fixed"), f"{p}schedule", "allowed values: 'adaptive', 'fixed'")
         check(self.rl_coef >= 0 and self.dagger_coef >= 0, f"{p}rl_coef", "coefficients must be >= 0")
         check(self.rl_coef > 0 or self.dagger_coef > 0, f"{p}rl_coef", "rl_coef and dagger_coef cannot both be 0")
@@ -124,6 +143,9 @@ class AMPConfig:
         check(self.loss in ("bce", "lsgan"), f"{p}loss", "allowed values: 'bce', 'lsgan'")
         check(self.hand_off in ("hard", "smooth"), f"{p}hand_off", "allowed values: 'hard', 'smooth'")
         check(self.gradient_penalty >= 0, f"{p}gradient_penalty", "must be >= 0")
+        check(self.learning_rate > 0, f"{p}learning_rate", "must be positive")
+        check(self.num_minibatches >= 1, f"{p}num_minibatches", "must be >= 1")
+        check(len(self.hidden_dims) > 0 and all(d >= 1 for d in self.hidden_dims), f"{p}hidden_dims", "sizes >= 1")
         check(self.smooth_width > 0, f"{p}smooth_width", "must be positive")
         for i in range(1, len(self.triggers)):
             check(
