@@ -127,6 +127,7 @@ def init_ray(log_dir: Path, num_cpus: float | None = None) -> str:
     }
     if address:
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+        _exit_143_on_sigterm()
         return address
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance; clusters keep their own auth
     ray.init(
@@ -138,7 +139,18 @@ def init_ray(log_dir: Path, num_cpus: float | None = None) -> str:
         configure_logging=True,
         logging_level="ERROR",
     )
+    _exit_143_on_sigterm()
     return "local"
+
+
+def _exit_143_on_sigterm() -> None:
+    """ray.init makes SIGTERM exit with status 15; the shell's convention (and `llp run`'s) is 128 + 15."""
+    import signal
+    import sys
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def shutdown_ray() -> None:

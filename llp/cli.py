@@ -65,6 +65,10 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
 
             reconcile(run_root.resolve(), run_id, prefect=True)
         result = run_pipeline(cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage, force=args.force)
+    except (KeyboardInterrupt, SystemExit) as err:  # Ctrl-C or SIGTERM: the ledger and MLflow already say so
+        code = 130 if isinstance(err, KeyboardInterrupt) else (err.code if isinstance(err.code, int) else 1)
+        print(f"\nllp: pipeline run {run_id} interrupted; `llp resume {run_id}` continues it", file=sys.stderr)
+        return code
     finally:
         if started_here and not args.keep_servers:
             service.stop()

@@ -245,3 +245,39 @@ def test_the_evaluation_logs_a_video_per_tile_type(local_run):
     files = mlflow.MlflowClient().list_artifacts(book["stages"]["evaluate"]["mlflow_run"], "evaluation/videos")
     names = sorted(Path(f.path).name for f in files)
     assert names == sorted(f"{t}_level1.mp4" for t in ("flat", "rough", "stairs_up", "stairs_down")), names
+
+
+def test_sigterm_ends_a_run_as_interrupted_with_status_143_and_a_resume_hint(local_run):
+    root = local_run["root"]
+    proc = subprocess.Popen(
+        [str(BIN / "llp"), "run", *SMOKE, "--set", f"run_root={root}", "--run-id", "terminated"]
+        + ["--set", "stages.locomotion_teacher.iterations=400", "--until-stage", "locomotion_teacher"],
+        cwd=ROOT,
+        env=local_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ledger = root / "terminated" / "ledger.json"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        book = json.loads(ledger.read_text()) if ledger.exists() else {}
+        if book.get("stages", {}).get("locomotion_teacher", {}).get("mlflow_run"):
+            break
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        time.sleep(1)
+    time.sleep(5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 143, err[-3000:]
+    assert "llp resume terminated" in err
+    book = json.loads(ledger.read_text())
+    assert book["state"] == "interrupted" and book["stages"]["locomotion_teacher"]["state"] == "interrupted"
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    assert client.get_run(book["mlflow_parent_run"]).info.status == "KILLED"
+    assert client.get_run(book["stages"]["locomotion_teacher"]["mlflow_run"]).info.status in ("FAILED", "KILLED")
+    status = llp_local("status", "terminated", "--run-root", str(root))
+    assert "state interrupted" in status.stdout, status.stdout
