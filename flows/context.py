@@ -35,6 +35,7 @@ class StageContext:
     alias: str
     metrics_logged: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    pending: list[tuple[int, dict]] = field(default_factory=list)  # iterations not yet covered by a checkpoint
 
     # ---------------------------------------------------------------- logging
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
@@ -47,6 +48,16 @@ class StageContext:
         batch = [Metric(_metric_key(k), float(v), now, step) for k, v in metrics.items() if _finite(v)]
         MlflowClient().log_batch(self.mlflow_run_id, metrics=batch)
         self.metrics_logged += len(batch)
+
+    def log_iteration(self, metrics: dict[str, float], step: int) -> None:
+        """One training iteration's metrics, sent to MLflow with the next checkpoint: a stage that crashes
+        redoes the iterations after its last checkpoint, and each iteration is then logged exactly once."""
+        self.pending.append((step, metrics))
+
+    def _flush_iterations(self) -> None:
+        for step, metrics in self.pending:
+            self.log_metrics(metrics, step)
+        self.pending.clear()
 
     def log_figure(self, fig, artifact_file: str) -> None:
         from mlflow import MlflowClient
@@ -105,6 +116,7 @@ class StageContext:
         """Write the trainer's full state locally and upload it as the stage run's latest checkpoint."""
         local = Path(trainer.save(str(self._checkpoint_dir() / "latest.pt"), iteration, history))
         tracking.log_checkpoint(self.mlflow_run_id, local, iteration)
+        self._flush_iterations()
 
     def restore_checkpoint(self, trainer) -> tuple[int, list]:
         """Resume ``trainer`` from this stage run's latest checkpoint: (next iteration, history so far)."""
@@ -115,7 +127,8 @@ class StageContext:
         return state["iteration"] + 1, list(state["history"])
 
     def fault_point(self, iteration: int) -> None:
-        """Crash here once if LLP_INJECT_FAULT=<stage>@<iteration> (a marker in the run folder makes it once)."""
+        """Crash here once if LLP_INJECT_FAULT=<stage>@<iteration> (a marker in the run folder makes it once).
+        Stages call it after every iteration, checkpointed or not."""
         spec = os.environ.get("LLP_INJECT_FAULT", "")
         if not spec:
             return
