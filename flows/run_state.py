@@ -11,35 +11,19 @@ the flow run (Crashed).
 from __future__ import annotations
 
 import os
-import socket
 import time
 from pathlib import Path
 
 from llp.flows.ledger import Ledger
+from llp.infra.processes import process_alive, this_process
 
 ACTIVE = ("running",)
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), which tells a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def this_process() -> dict:
-    """What identifies the running driver: host, pid and the pid's start time."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start_ticks": _start_ticks(os.getpid())}
+__all__ = ["this_process", "driver_alive", "crashed", "mark_crashed", "reconcile"]
 
 
 def driver_alive(driver: dict | None) -> bool | None:
     """True or False for a driver on this host; None when it cannot be told (another host, or no record)."""
-    if not driver or driver.get("host") != socket.gethostname():
-        return None
-    ticks = _start_ticks(int(driver["pid"]))
-    return ticks is not None and ticks == driver.get("start_ticks")
+    return process_alive(driver)
 
 
 def crashed(ledger: Ledger) -> bool:

@@ -63,7 +63,7 @@ def _prefect(run_root: Path, started: list[Service]) -> str:
     if not healthy(service.url.removesuffix("/api")):  # an older server without its UI: start one that has it
         (home / "server.json").unlink(missing_ok=True)
         service = start_prefect(home)
-    if service.proc is not None:
+    if service.proc is not None or service.adopted:
         started.append(service)
     os.environ["PREFECT_API_URL"] = service.url
     return service.url.removesuffix("/api")

@@ -45,6 +45,7 @@ class Service:
     pid: int
     log: Path
     proc: subprocess.Popen | None = None
+    adopted: bool = False  # left behind by a process that is gone: whoever adopted it stops it
 
     def stop(self, timeout: float = 20.0) -> None:
         stop_process_group(self.pid, timeout)
@@ -114,11 +115,17 @@ def prefect_env(home: Path) -> dict[str, str]:
 def start_prefect(home: Path, timeout: float = 180.0) -> Service:
     """Prefect's own server (API and UI) with its database under ``home``; reused if one for ``home`` is already
     healthy."""
+    from llp.infra.processes import process_alive, this_process
+
     info = home / "server.json"
     if info.exists():
         data = json.loads(info.read_text())
         if healthy(data["url"] + "/health"):
-            return Service("prefect", data["url"], data["pid"], home / "server.log")
+            # its owner was killed before it could stop it: adopt it (stop it when done), never leak it
+            orphan = data.get("owner") is not None and process_alive(data["owner"]) is False
+            if orphan:
+                info.write_text(json.dumps({**data, "owner": this_process()}))
+            return Service("prefect", data["url"], data["pid"], home / "server.log", adopted=orphan)
     env = {**os.environ, **prefect_env(home)}
     env.pop("PREFECT_API_URL", None)
     port = free_port()
@@ -138,8 +145,15 @@ def start_prefect(home: Path, timeout: float = 180.0) -> Service:
     ]
     service = _spawn("prefect server", cmd, env, home / "server.log", url + "/health", timeout)
     service.url = url
-    info.write_text(json.dumps({"url": url, "pid": service.pid}))
+    info.write_text(json.dumps({"url": url, "pid": service.pid, "owner": this_process()}))
     return service
+
+
+def keep_prefect(home: Path) -> None:
+    """Mark the server for ``home`` as kept on purpose (--keep-servers): no later command adopts it."""
+    info = home / "server.json"
+    if info.exists():
+        info.write_text(json.dumps({**json.loads(info.read_text()), "owner": None}))
 
 
 # ------------------------------------------------------------------ MLflow

@@ -58,7 +58,8 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     check_local_ray(run_root.resolve() / run_id / "ray", cfg.resources.cpu_demand())
     _check_tracking_server()
     service = prepare_prefect(run_root)
-    started_here = service is not None and service.proc is not None
+    # a server this command started, or adopted from a run that was killed, is stopped at the end
+    started_here = service is not None and (service.proc is not None or service.adopted)
     try:
         if (run_root / run_id / "ledger.json").exists():  # resuming a killed run: record that it crashed
             from llp.flows.run_state import reconcile
@@ -72,6 +73,10 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     finally:
         if started_here and not args.keep_servers:
             service.stop()
+        elif started_here:
+            from llp.infra.services import keep_prefect
+
+            keep_prefect(run_root.resolve() / "prefect")
     _print_status(run_root, run_id)
     if result.state == "completed":
         for stage, outputs in result.outputs.items():
@@ -195,7 +200,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     session = open_ui(root, run)
     try:
         print(f"Prefect: {session.prefect_url}\nMLflow:  {session.mlflow_url}", flush=True)
-        what = ", ".join(s.name for s in session.started) or "nothing (both servers were already up)"
+        what = ", ".join(s.name + (" (left by a killed run)" if s.adopted else "") for s in session.started)
+        what = what or "nothing (both servers were already up)"
         print(f"started here: {what}; Ctrl-C stops it", flush=True)
         deadline = time.time() + args.seconds if args.seconds else None
         while deadline is None or time.time() < deadline:

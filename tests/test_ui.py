@@ -188,6 +188,9 @@ def test_a_killed_run_is_crashed_in_the_ledger_mlflow_and_prefect(local_run, tmp
             assert "pipeline killed" in page and "Status Killed" in page, page[:2000]
         finally:
             assert ui.stop() == 0
+        # the killed run's Prefect server was adopted by `llp ui`, which stopped it on exit
+        assert "prefect (left by a killed run)" in "".join(ui.lines), "".join(ui.lines)
+        assert not healthy(ui.urls["Prefect"].split("/runs/")[0] + "/api/health")
     finally:
         _stop_orphans(root)
 
