@@ -60,9 +60,8 @@ def _prefect(run_root: Path, started: list[Service]) -> str:
     home = run_root / "prefect"
     os.environ.update(prefect_env(home))
     service = start_prefect(home)  # reuses a healthy server for this home
-    if not healthy(service.url.removesuffix("/api")):  # an older server without its UI: start one that has it
-        (home / "server.json").unlink(missing_ok=True)
-        service = start_prefect(home)
+    if not healthy(service.url.removesuffix("/api")):  # a server without its UI (older llp): one beside it
+        service = start_prefect(home, info_file="server-ui.json")
     if service.proc is not None or service.adopted:
         started.append(service)
     os.environ["PREFECT_API_URL"] = service.url

@@ -112,12 +112,12 @@ def prefect_env(home: Path) -> dict[str, str]:
     }
 
 
-def start_prefect(home: Path, timeout: float = 180.0) -> Service:
+def start_prefect(home: Path, timeout: float = 180.0, info_file: str = "server.json") -> Service:
     """Prefect's own server (API and UI) with its database under ``home``; reused if one for ``home`` is already
     healthy."""
     from llp.infra.processes import process_alive, this_process
 
-    info = home / "server.json"
+    info = home / info_file
     if info.exists():
         data = json.loads(info.read_text())
         if healthy(data["url"] + "/health"):
