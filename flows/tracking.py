@@ -67,7 +67,7 @@ def start_parent_run(experiment: str, name: str, tags: dict[str, str], config: d
 
     client = MlflowClient()
     exp = mlflow.get_experiment_by_name(experiment)
-    run = client.create_run(exp.experiment_id, tags={**tags, "mlflow.runName": name}, run_name=name)
+    run = client.create_run(exp.experiment_id, tags=tags, run_name=name)
     params = [Param(k, v[:6000]) for k, v in list(flatten(config).items())[:500]]
     for i in range(0, len(params), 100):
         client.log_batch(run.info.run_id, params=params[i : i + 100])

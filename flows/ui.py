@@ -37,7 +37,7 @@ def open_ui(run_root: Path, run_id: str) -> UiSession:
     ledger = Ledger(run_root / run_id / "ledger.json")
     started: list[Service] = []
     try:
-        prefect = _prefect(run_root, started)
+        prefect = _prefect(run_root, ledger.data.get("prefect_api"), started)
         mlflow_base = _mlflow(run_root, ledger, started)
         reconcile(run_root, run_id, prefect=True)  # a killed run shows as crashed in both UIs
         ledger = Ledger(run_root / run_id / "ledger.json")
@@ -55,8 +55,13 @@ def open_ui(run_root: Path, run_id: str) -> UiSession:
     return UiSession(run_id, prefect_page, mlflow_page, started)
 
 
-def _prefect(run_root: Path, started: list[Service]) -> str:
-    """Prefect's server (with its UI) over ``run_root/prefect``; returns the UI's base URL."""
+def _prefect(run_root: Path, api: str | None, started: list[Service]) -> str:
+    """The Prefect server that holds the run: the one it used (``api``) if that is up and serves the UI, else
+    one over ``run_root/prefect`` (where a run keeps its state when no PREFECT_API_URL is set); returns the
+    UI's base URL."""
+    if api and healthy(api + "/health") and healthy(api.removesuffix("/api")):
+        os.environ["PREFECT_API_URL"] = api
+        return api.removesuffix("/api")
     home = run_root / "prefect"
     os.environ.update(prefect_env(home))
     service = start_prefect(home)  # reuses a healthy server for this home
