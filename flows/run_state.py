@@ -52,6 +52,9 @@ def reconcile(run_root: Path, run_id: str, prefect: bool = False) -> bool:
 
     from llp.flows import tracking
 
+    uri = ledger.data.get("mlflow_tracking_uri", "")
+    if uri.startswith("http") and not os.environ.get("MLFLOW_TRACKING_URI"):
+        os.environ["MLFLOW_TRACKING_URI"] = uri  # the server the run logged to
     tracking.configure(run_root, ledger.data.get("experiment", "llp"))
     client = MlflowClient()
     ids = [ledger.data.get("mlflow_parent_run")] + [ledger.stage(s).get("mlflow_run") for s in stages]
