@@ -219,3 +219,35 @@ def test_the_default_task_extends_the_paper_set_and_the_paper_set_is_the_paper_s
     }
     assert all(shaped.rewards[n].weight == t.weight for n, t in paper.rewards.items())  # shaping only adds
     assert shaped.rewards["termination"].weight == -200.0 and not shaped.only_positive_rewards
+
+
+def test_feet_phase_follows_the_clock_above_the_ground_under_each_foot():
+    # env 0: left foot mid-swing (phase pi/2) 0.1 m above a 0.075 m step, right foot planted on the floor
+    # env 1: both feet planted at the same phases; env 2: as env 0 but under a stand-still command
+    ground = [[[0.075] * 3, [0.0] * 3]] * 3
+    s = state(
+        gait_phase=[[math.pi / 2, 3 * math.pi / 2]] * 3,
+        foot_pos=[[[0, 0, 0.175], [0, 0, 0.0]], [[0, 0, 0.075], [0, 0, 0.0]], [[0, 0, 0.175], [0, 0, 0.0]]],
+        foot_ray_heights=ground,
+        command=[[0.5, 0, 0], [0.5, 0, 0], [0, 0, 0]],
+    )
+    assert np.allclose(R.feet_phase(s, swing_height=0.1, sigma=0.01), [1.0, math.exp(-0.01 / 0.01), 0.0])
+
+
+def test_the_gait_clock_advances_at_the_stride_frequency_with_the_feet_half_a_cycle_apart():
+    import torch
+
+    from llp.config.files import env_config
+    from llp.sim.env import ParkourEnv
+
+    cfg = env_config("locomotion", overrides={"terrain": {"num_levels": 1, "tile_length": 6.0, "tile_width": 6.0}})
+    env = ParkourEnv(cfg, 2, seed=0)
+    assert env.obs_dims()["policy"]["gait_clock"] == 4
+    assert np.all((env.gait_freq >= 1.25) & (env.gait_freq <= 1.5))
+    env.gait_freq[:] = 1.25  # 0.8 s per stride: 40 policy steps of 0.02 s
+    for _ in range(10):
+        result = env.step(torch.zeros(2, env.num_actions))
+    phase = env.gait_phase()
+    assert np.allclose(phase[:, 0], 2 * np.pi * 10 / 40) and np.allclose(phase[:, 1], np.pi + 2 * np.pi * 10 / 40)
+    clock = result.obs["policy"]["gait_clock"].numpy()  # [cos L, cos R, sin L, sin R]
+    assert np.allclose(clock, np.concatenate([np.cos(phase), np.sin(phase)], axis=1), atol=1e-5)
