@@ -191,3 +191,24 @@ def test_parkour_env_meets_the_backend_contract():
     from llp.sim.interface import VecEnv
 
     assert isinstance(make_env(), VecEnv)
+
+
+def test_curriculum_measures_progress_against_the_integrated_command():
+    """Up after 40% of a tile; down when the robot got under half as far as its commands (integrated in the
+    world frame, so a heading command that turned it counts by where it pointed) would carry it."""
+    from llp.config.files import env_config
+    from llp.sim.env import ParkourEnv
+
+    cfg = env_config("locomotion", overrides={"terrain": {"num_levels": 3, "tile_length": 8.0, "tile_width": 8.0}})
+    env = ParkourEnv(cfg, 4, seed=0)
+    ids = np.arange(4)
+    env.level[:] = 1
+    env.tile_ids[:] = env.level * env.num_columns + env.column  # flat/rough/stairs: no goal tiles here
+    env.spawn_xy[:] = env.qpos[:, 0:2]
+    moved = np.array([3.5, 1.5, 0.2, 1.5])  # metres walked from the spawn
+    env.qpos[:, 0] = env.spawn_xy[:, 0] + moved
+    # commands that would have carried it: far, 2 m net (a there-and-back heading walk), 4 m, 10 m (capped at 4)
+    env.commanded_disp[:] = np.array([[6.0, 0.0], [1.2, 1.6], [0.0, 4.0], [10.0, 0.0]])
+    nothing = np.zeros(4, dtype=bool)
+    env._update_curriculum(ids, nothing, nothing)
+    assert env.level.tolist() == [2, 1, 0, 0]  # promoted; kept (1.5 >= 0.5 x 2); demoted; demoted (1.5 < 2)

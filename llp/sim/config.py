@@ -117,7 +117,11 @@ class RandomizationConfig:
 
 @dataclass(kw_only=True)
 class CurriculumConfig:
-    """Terrain levels: promote envs that master their tile, demote those that fail."""
+    """Terrain levels: promote envs that master their tile, demote those that fail.
+
+    Goal tiles: up on reaching the goal, down on a fall. Other tiles: up after walking 40% of a tile length
+    from the spawn; down when the robot got less than half as far as its commands would have carried it
+    (the world-frame integral of the commanded velocity, at most half a tile)."""
 
     enabled: bool = field(default=True, doc="Move envs between levels at reset.")
     initial_max_level: int = field(default=0, doc="Envs start at a random level in [0, initial_max_level].")

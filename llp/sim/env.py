@@ -143,6 +143,7 @@ class ParkourEnv:
         self.motor_strength = np.ones(n)
         self.goal_reached = np.zeros(n, dtype=bool)
         self.gait_freq = np.full(n, cfg.gait.frequency[0])  # stride frequency, Hz, drawn per episode
+        self.commanded_disp = np.zeros((n, 2))  # world-frame integral of the commanded velocity this episode
         # each env simulates its own model: its tile's terrain, plus its randomised physics when randomisation
         # is on (then a private copy, re-copied only when the env changes tile)
         self.model_tile = np.full(n, -1)
@@ -210,6 +211,7 @@ class ParkourEnv:
         self.episode_return[ids] = 0.0
         self.episode_terms[ids] = 0.0
         self.goal_reached[ids] = False
+        self.commanded_disp[ids] = 0.0
         self.command_timer[ids] = 0.0
         self.push_timer[ids] = 0.0
         self._resample_commands(ids)
@@ -281,6 +283,9 @@ class ParkourEnv:
 
         self.last_foot_vel[:] = self.foot_vel
         s = self._read_state()
+        cos, sin = np.cos(s.yaw), np.sin(s.yaw)  # where the commands, in the base frame, point in the world
+        vx, vy = self.command[:, 0], self.command[:, 1]
+        self.commanded_disp += np.stack([vx * cos - vy * sin, vx * sin + vy * cos], axis=1) * self.dt
         terminated, truncated, success = self._terminations(s)
         s.terminated = terminated
         terms = np.stack([fn(s) for fn in self.reward_fns], axis=1) if self.reward_fns else np.zeros((self.num_envs, 0))
@@ -423,8 +428,10 @@ class ParkourEnv:
             return
         distance = np.linalg.norm(self.qpos[ids, 0:2] - self.spawn_xy[ids], axis=1)
         goal = self.tile_has_goal[self.tile_ids[ids]]
-        elapsed = self.episode_length[ids] * self.dt
-        commanded = np.linalg.norm(self.command[ids, 0:2], axis=1) * elapsed
+        # how far the episode's commands, followed exactly, would have carried the robot from its spawn (heading
+        # commands turn it, so this is the length of the integrated world-frame command, not speed x time), as
+        # far as the tile allows
+        commanded = np.minimum(np.linalg.norm(self.commanded_disp[ids], axis=1), self.cfg.terrain.tile_length / 2)
         up = np.where(goal, success[ids], distance > self.cfg.terrain.tile_length * 0.4)
         down = np.where(goal, terminated[ids], (distance < 0.5 * commanded) & ~up)
         top = self.terrain.num_levels - 1
