@@ -45,7 +45,11 @@ def reconcile(run_root: Path, run_id: str, prefect: bool = False) -> bool:
     """If run ``run_id`` crashed, say so everywhere: ledger, MLflow (KILLED), Prefect (Crashed, when
     ``prefect`` and PREFECT_API_URL is set). Returns whether it had crashed."""
     ledger = Ledger(run_root / run_id / "ledger.json")
-    if not crashed(ledger):
+    was_crashed = crashed(ledger)
+    if prefect and os.environ.get("PREFECT_API_URL") and ledger.data.get("prefect_flow_run"):
+        if was_crashed or ledger.data.get("state") == "crashed":  # marked by an earlier `llp status`
+            mark_flow_run_crashed(ledger.data["prefect_flow_run"], ledger.data.get("error") or "its process is gone")
+    if not was_crashed:
         return False
     stages = mark_crashed(ledger)
     from mlflow import MlflowClient

@@ -68,6 +68,7 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
         result = run_pipeline(cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage, force=args.force)
     except (KeyboardInterrupt, SystemExit) as err:  # Ctrl-C or SIGTERM: the ledger and MLflow already say so
         code = 130 if isinstance(err, KeyboardInterrupt) else (err.code if isinstance(err.code, int) else 1)
+        code = 143 if code == 15 else code  # Ray's handler exits with the bare signal number
         print(f"\nllp: pipeline run {run_id} interrupted; `llp resume {run_id}` continues it", file=sys.stderr)
         return code
     finally:
@@ -194,7 +195,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if run not in runs:
         print(f"llp: no pipeline run {run!r} under {root}/ (runs: {', '.join(runs)})", file=sys.stderr)
         return 2
+    import signal
+
     from llp.flows.ui import open_ui
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIG_IGN)
 
     print(f"llp: starting the UIs for run {run} ...", flush=True)
     session = open_ui(root, run)

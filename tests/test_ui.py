@@ -87,6 +87,7 @@ class UiProcess:
             if m:
                 self.urls[m.group(1)] = m.group(2)
         assert len(self.urls) == 2, "".join(self.lines)
+        self.lines.append(self.proc.stdout.readline())  # "started here: ..." (read now: communicate() would skip it)
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGINT)
