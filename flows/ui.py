@@ -59,10 +59,12 @@ def _prefect(run_root: Path, api: str | None, started: list[Service]) -> str:
     """The Prefect server that holds the run: the one it used (``api``) if that is up and serves the UI, else
     one over ``run_root/prefect`` (where a run keeps its state when no PREFECT_API_URL is set); returns the
     UI's base URL."""
-    if api and healthy(api + "/health") and healthy(api.removesuffix("/api")):
+    home = run_root / "prefect"
+    own = home / "server.json"
+    ours = own.exists() and json.loads(own.read_text()).get("url") == api  # then reuse (or adopt) it below
+    if api and not ours and healthy(api + "/health") and healthy(api.removesuffix("/api")):
         os.environ["PREFECT_API_URL"] = api
         return api.removesuffix("/api")
-    home = run_root / "prefect"
     os.environ.update(prefect_env(home))
     service = start_prefect(home)  # reuses a healthy server for this home
     if not healthy(service.url.removesuffix("/api")):  # a server without its UI (older llp): one beside it
