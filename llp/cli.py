@@ -160,18 +160,25 @@ def _print_status(run_root, run_id: str) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 
+def _find_run(root, run: str | None) -> tuple[str | None, int]:
+    """The run ``run`` (default: the latest) under ``root``, or None and an exit status after saying why."""
+    runs = sorted((p.parent.name for p in root.glob("*/ledger.json")), key=lambda r: (root / r).stat().st_mtime)
+    if not runs:
+        print(f"llp: no pipeline runs under {root}/", file=sys.stderr)
+        return None, 1
+    if (run or runs[-1]) not in runs:
+        print(f"llp: no pipeline run {run!r} under {root}/ (runs: {', '.join(runs)})", file=sys.stderr)
+        return None, 2
+    return run or runs[-1], 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     root = Path(args.run_root)
-    runs = sorted((p.parent.name for p in root.glob("*/ledger.json")), key=lambda r: (root / r).stat().st_mtime)
-    if not runs:
-        print(f"llp: no pipeline runs under {root}/", file=sys.stderr)
-        return 1
-    run = args.run or runs[-1]
-    if run not in runs:
-        print(f"llp: no pipeline run {run!r} under {root}/ (runs: {', '.join(runs)})", file=sys.stderr)
-        return 2
+    run, code = _find_run(root, args.run)
+    if run is None:
+        return code
     from llp.flows.ledger import Ledger
     from llp.flows.run_state import crashed, reconcile
 
@@ -187,14 +194,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     root = Path(args.run_root)
-    runs = sorted((p.parent.name for p in root.glob("*/ledger.json")), key=lambda r: (root / r).stat().st_mtime)
-    if not runs:
-        print(f"llp: no pipeline runs under {root}/", file=sys.stderr)
-        return 1
-    run = args.run or runs[-1]
-    if run not in runs:
-        print(f"llp: no pipeline run {run!r} under {root}/ (runs: {', '.join(runs)})", file=sys.stderr)
-        return 2
+    run, code = _find_run(root, args.run)
+    if run is None:
+        return code
     import signal
 
     from llp.flows.ui import open_ui
