@@ -365,6 +365,62 @@ def _render_gait(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_seeds(args: argparse.Namespace) -> int:
+    """Author the shipped motion seeds, check them, and store them as round 0 of a reference library."""
+    from pathlib import Path
+
+    from llp.motion.library import ReferenceLibrary
+    from llp.motion.seeds import seed_reference, seed_spec, shipped_seeds
+
+    names = args.names or shipped_seeds()
+    specs = [seed_spec(n) for n in names]  # every seed validated before any is solved
+    library = ReferenceLibrary(args.out)
+    for spec in specs:
+        ref = seed_reference(spec)
+        if any(e.id == ref.id for e in library.entries):
+            print(f"{ref.id}: already in {args.out}, kept")
+        else:
+            library.add(ref)
+        words = {True: "passed", None: "not run", False: "FAILED"}
+        verdicts = "; ".join(f"{a.name}: {words[a.passed]}{' (' + a.reason + ')' if a.passed is False else ''}"
+                             for a in ref.acceptance)  # fmt: skip
+        print(f"{ref.id}: {len(ref.qpos)} frames at {ref.fps:g} fps over a {100 * ref.obstacle.height:.0f} cm "
+              f"{ref.obstacle.kind} box; {verdicts}")  # fmt: skip
+        if args.pictures:
+            from llp.config.files import named
+            from llp.config.schema import build
+            from llp.motion.pictures import reference_strip
+            from llp.sim.robot import RobotConfig
+
+            robot_cfg = build(RobotConfig, named("robot", spec.robot), "robot")
+            print(f"  picture: {reference_strip(ref, robot_cfg, Path(args.pictures) / f'{ref.id}.png')}")
+    print(f"library: {args.out} ({len(library)} entries); browse it with `llp refs {args.out}`")
+    return 0 if all(library.get(s.id + ".r0").accepted for s in specs) else 1
+
+
+def cmd_refs(args: argparse.Namespace) -> int:
+    """The entries of a reference library with their provenance."""
+    from pathlib import Path
+
+    from llp.motion.library import INDEX, ReferenceLibrary
+
+    if not (Path(args.library) / INDEX).is_file():
+        print(f"llp: {args.library!r} is not a reference library (no {INDEX}); `llp seeds --out DIR` makes one",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    library = ReferenceLibrary(args.library)
+    if args.lineage:
+        try:
+            chain = library.lineage(args.lineage)
+        except KeyError as err:
+            print(f"llp: {err.args[0]}", file=sys.stderr)
+            return 2
+        print(" <- ".join(f"{e.id} (round {e.round}, {100 * e.obstacle.height:.0f} cm)" for e in chain))
+        return 0
+    print(library.table())
+    return 0
+
+
 def cmd_play(args: argparse.Namespace) -> int:
     """A video of a registered policy (or the stand-still baseline) on one tile, rendered offscreen."""
     from pathlib import Path
@@ -513,6 +569,17 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     pipeline_options(v)
     v.set_defaults(fn=cmd_play)
+
+    m = sub.add_parser("seeds", help="author the shipped motion seeds, check them, store them in a reference library")
+    m.add_argument("names", nargs="*", help="seeds to author (default: all in conf/seeds/)")
+    m.add_argument("--out", default="runs/references", help="library folder (default runs/references)")
+    m.add_argument("--pictures", help="also write a PNG strip of key frames per seed into this folder")
+    m.set_defaults(fn=cmd_seeds)
+
+    m = sub.add_parser("refs", help="table of a reference library's entries with their provenance")
+    m.add_argument("library", help="library folder (as written by `llp seeds`)")
+    m.add_argument("--lineage", metavar="ID", help="print one entry's chain of parents back to its seed")
+    m.set_defaults(fn=cmd_refs)
 
     r = sub.add_parser("render", help="write a PNG of a terrain layout, a depth image or a policy's gait")
     r.add_argument("what", choices=["terrain", "depth", "gait"])

@@ -1,0 +1,1 @@
+"""Motion references for the skills: human motion import, authored seeds, retargeting, acceptance checks, library."""

@@ -1,0 +1,137 @@
+"""A reference library: motions with their obstacles and provenance, in one folder.
+
+``index.json`` lists the entries; each entry's joint trajectory is ``<id>.npz``. An entry records where it
+came from (seed, growth round, parent entry), what it is paired with (obstacle, intended contacts), how it
+was made, and its acceptance checks with their numbers. Entries are only added, never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from llp.config.schema import build, to_dict
+from llp.motion.acceptance import Acceptance
+from llp.motion.scene import Contact, ObstacleBox
+
+INDEX = "index.json"
+
+
+@dataclass
+class Reference:
+    """One motion reference and its provenance."""
+
+    id: str
+    skill: str
+    seed: str
+    round: int
+    parent: str | None
+    obstacle: ObstacleBox
+    contacts: list[Contact]
+    fps: float
+    made_by: str
+    acceptance: list[Acceptance] = field(default_factory=list)
+    tracking_error_m: float | None = None  # mean body-position error of the physics rollout (growth rounds)
+    success_rate: float | None = None  # of the dynamic acceptance trials
+    qpos: np.ndarray | None = None  # [T, nq], loaded on demand
+
+    @property
+    def accepted(self) -> bool:
+        """Every check that has run passed."""
+        return all(a.passed is not False for a in self.acceptance)
+
+    def to_json(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in ("qpos", "obstacle", "contacts", "acceptance")}
+        d["obstacle"] = to_dict(self.obstacle)
+        d["contacts"] = [to_dict(c) for c in self.contacts]
+        d["acceptance"] = [a.to_dict() for a in self.acceptance]
+        d["num_frames"] = None if self.qpos is None else int(len(self.qpos))
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Reference:
+        d = dict(d)
+        d.pop("num_frames", None)
+        d["obstacle"] = build(ObstacleBox, d["obstacle"], "obstacle")
+        d["contacts"] = [build(Contact, c, "contacts") for c in d["contacts"]]
+        d["acceptance"] = [Acceptance(**a) for a in d["acceptance"]]
+        return cls(**d)
+
+
+class ReferenceLibrary:
+    """The entries of one library folder."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        index = self.root / INDEX
+        self.entries: list[Reference] = []
+        if index.is_file():
+            self.entries = [Reference.from_json(e) for e in json.loads(index.read_text())["entries"]]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, ref_id: str, with_motion: bool = False) -> Reference:
+        for e in self.entries:
+            if e.id == ref_id:
+                if with_motion and e.qpos is None:
+                    e.qpos = np.load(self.root / f"{ref_id}.npz")["qpos"]
+                return e
+        raise KeyError(f"no reference {ref_id!r} in {self.root}; it has {[e.id for e in self.entries]}")
+
+    def add(self, ref: Reference) -> Reference:
+        """Store a new entry (its motion first, then the index, each written whole)."""
+        if any(e.id == ref.id for e in self.entries):
+            raise ValueError(f"{self.root} already holds a reference {ref.id!r}")
+        if ref.parent is not None:
+            self.get(ref.parent)  # a parent must exist: the lineage stays whole
+        if ref.qpos is None:
+            raise ValueError(f"reference {ref.id!r} has no motion")
+        self.root.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.root / f"{ref.id}.npz", lambda f: np.savez_compressed(f, qpos=ref.qpos, fps=ref.fps))
+        self.entries.append(ref)
+        text = json.dumps({"entries": [e.to_json() for e in self.entries]}, indent=1)
+        _write_atomic(self.root / INDEX, lambda f: f.write(text.encode()))
+        return ref
+
+    def lineage(self, ref_id: str) -> list[Reference]:
+        """The entry and its ancestors, the seed's entry last."""
+        chain = [self.get(ref_id)]
+        while chain[-1].parent is not None:
+            chain.append(self.get(chain[-1].parent))
+        return chain
+
+    def table(self) -> str:
+        """The entries with provenance, as a Markdown table."""
+        head = "| id | skill | round | parent | obstacle | checks | tracking error | success | made by |"
+        rows = [head, "|" + "---|" * 9]
+        for e in self.entries:
+            checks = ", ".join(f"{a.name} {_verdict(a.passed)}" for a in e.acceptance)
+            err = "-" if e.tracking_error_m is None else f"{100 * e.tracking_error_m:.1f} cm"
+            succ = "-" if e.success_rate is None else f"{100 * e.success_rate:.0f}%"
+            obst = f"{e.obstacle.kind} {100 * e.obstacle.height:.0f} cm"
+            rows.append(
+                f"| {e.id} | {e.skill} | {e.round} | {e.parent or '-'} | {obst} | {checks} | {err} | {succ} | "
+                f"{e.made_by.split(',')[0]} |"
+            )
+        return "\n".join(rows)
+
+
+def _verdict(passed: bool | None) -> str:
+    return {True: "passed", False: "FAILED", None: "not run"}[passed]
+
+
+def _write_atomic(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

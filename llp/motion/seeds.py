@@ -1,0 +1,143 @@
+"""Authored motion seeds: contact keyframes around an obstacle, solved into a smooth robot trajectory.
+
+No human-motion data can be downloaded where this project is built, so it ships its own small seeds
+(conf/seeds/*.yaml). The author places the pelvis, the feet (ankle points) and the hands at key times,
+in the motion frame (x forward from the start, z up from the floor), and names the intended contacts.
+The tool interpolates each waypoint track with monotone cubic Hermite splines (a track that holds still
+between two keyframes stays still) and solves the tracks into joint trajectories with the retargeter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llp.config.schema import check, field
+from llp.motion.retarget import Retargeter, pitch_yaw_rotation
+from llp.motion.scene import Contact, ObstacleBox
+
+TRACKS = ("pelvis", "left_foot", "right_foot", "left_hand", "right_hand")
+
+
+@dataclass(kw_only=True)
+class Keyframe:
+    """Where the pelvis, the ankles and the hands are at time ``t``."""
+
+    t: float = field(doc="Seconds from the start.")
+    pelvis: list[float] = field(doc="x, y, z of the pelvis, metres.")
+    pelvis_pitch: float = field(default=0.0, doc="Forward lean of the pelvis, radians.")
+    left_foot: list[float] = field(doc="x, y, z of the left ankle (0.045 m above a planted sole).")
+    right_foot: list[float] = field(doc="x, y, z of the right ankle.")
+    left_hand: list[float] = field(doc="x, y, z of the left hand's tip.")
+    right_hand: list[float] = field(doc="x, y, z of the right hand's tip.")
+
+    def validate(self, path: str) -> None:
+        for name in TRACKS:
+            check(len(getattr(self, name)) == 3, f"{path}.{name}", "needs x, y, z")
+
+
+@dataclass(kw_only=True)
+class SeedSpec:
+    """One shipped seed (conf/seeds/<id>.yaml)."""
+
+    id: str = field(doc="Seed name.")
+    skill: str = field(doc="climb_step, speed_vault or reverse_vault.")
+    made_by: str = field(doc="How the seed was made, kept in every reference grown from it.")
+    robot: str = field(default="lightbot0_like", doc="conf/robot/<name>.yaml the keyframes are placed for.")
+    obstacle: ObstacleBox = field(doc="The paired obstacle.")
+    fps: float = field(default=50.0, doc="Frame rate of the solved trajectory (the policy rate).")
+    keyframes: list[Keyframe] = field(doc="At least two, in time order, the first at t = 0.")
+    contacts: list[Contact] = field(doc="Intended contacts with the obstacle's top and the floor.")
+
+    def validate(self, path: str) -> None:
+        check(self.skill in ("climb_step", "speed_vault", "reverse_vault"), f"{path}.skill",
+              "must be climb_step, speed_vault or reverse_vault")  # fmt: skip
+        times = [k.t for k in self.keyframes]
+        check(len(times) >= 2 and times[0] == 0.0, f"{path}.keyframes", "needs two or more, the first at t = 0")
+        check(all(a < b for a, b in zip(times, times[1:])), f"{path}.keyframes", f"times must increase: {times}")
+        for i, c in enumerate(self.contacts):
+            check(c.end <= times[-1], f"{path}.contacts[{i}].end", f"past the last keyframe ({times[-1]} s)")
+
+    @property
+    def duration(self) -> float:
+        return self.keyframes[-1].t
+
+
+def seed_spec(name: str) -> SeedSpec:
+    from llp.config.files import named
+    from llp.config.schema import build
+
+    return build(SeedSpec, named("seeds", name), "seed")
+
+
+def shipped_seeds() -> list[str]:
+    from llp.config.files import CONF_DIR
+
+    return sorted(p.stem for p in (CONF_DIR / "seeds").glob("*.yaml"))
+
+
+def monotone_hermite(times: np.ndarray, values: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Piecewise cubic through (times, values [K, D]) at ``t``, with Fritsch-Carlson tangents: no overshoot,
+    flat where a value holds or turns, zero slope at both ends."""
+    h = np.diff(times)
+    d = np.diff(values, axis=0) / h[:, None]  # [K-1, D] secant slopes
+    m = np.zeros_like(values)
+    for k in range(1, len(times) - 1):
+        a, b = d[k - 1], d[k]
+        same = a * b > 0
+        w1, w2 = 2 * h[k] + h[k - 1], h[k] + 2 * h[k - 1]
+        m[k] = np.where(same, (w1 + w2) / (w1 / np.where(same, a, 1) + w2 / np.where(same, b, 1)), 0.0)
+    seg = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 2)
+    s = (t - times[seg]) / h[seg]
+    s = np.clip(s, 0.0, 1.0)[:, None]
+    h00, h10, h01, h11 = 2 * s**3 - 3 * s**2 + 1, s**3 - 2 * s**2 + s, -2 * s**3 + 3 * s**2, s**3 - s**2
+    hh = h[seg][:, None]
+    return h00 * values[seg] + h10 * hh * m[seg] + h01 * values[seg + 1] + h11 * hh * m[seg + 1]
+
+
+def seed_targets(spec: SeedSpec) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per-frame target positions [T, 3] by track, and pelvis and foot rotations [T, 3, 3]."""
+    times = np.array([k.t for k in spec.keyframes])
+    t = np.arange(int(round(spec.duration * spec.fps)) + 1) / spec.fps
+    positions = {n: monotone_hermite(times, np.array([getattr(k, n) for k in spec.keyframes]), t) for n in TRACKS}
+    pitch = monotone_hermite(times, np.array([[k.pelvis_pitch] for k in spec.keyframes]), t)[:, 0]
+    zero = np.zeros(len(t))
+    level = pitch_yaw_rotation(zero, zero)
+    return positions, {"pelvis": pitch_yaw_rotation(pitch, zero), "left_foot": level, "right_foot": level}
+
+
+def author(spec: SeedSpec, solver: Retargeter) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The seed's joint trajectory qpos [T, nq] and its target positions."""
+    positions, rotations = seed_targets(spec)
+    return solver.solve(positions, rotations, spec.fps), positions
+
+
+def seed_reference(spec: SeedSpec):
+    """The seed as the round-0 entry of a reference library: authored, then checked kinematically and against
+    its obstacle. The dynamic check waits for a physics tracking policy to execute it."""
+    from llp.config.files import named
+    from llp.config.schema import build
+    from llp.motion import acceptance as A
+    from llp.motion.library import Reference
+    from llp.motion.retarget import retarget_config
+    from llp.motion.scene import SceneModel
+    from llp.sim.robot import RobotConfig
+
+    cfg = retarget_config(spec.robot)
+    robot_cfg = build(RobotConfig, named("robot", spec.robot), "robot")
+    solver = Retargeter(cfg, robot_cfg)
+    qpos, positions = author(spec, solver)
+    reached = solver.frame_positions(qpos, list(positions))
+    ik_error = float(np.mean([np.linalg.norm(reached[k] - positions[k], axis=1).mean() for k in positions]))
+    scene = SceneModel(robot_cfg, spec.obstacle, cfg.contact_frames)
+    checks = [
+        A.kinematic(scene, qpos, spec.fps, cfg.joint_speed_limit),
+        A.scene_relation(scene, qpos, spec.fps, spec.contacts, cfg.penetration_limit, cfg.contact_tolerance),
+        A.not_run("dynamic", "needs a physics tracking policy (growth rounds)"),
+    ]
+    checks[0].numbers["mean_ik_error_m"] = ik_error
+    return Reference(
+        id=f"{spec.id}.r0", skill=spec.skill, seed=spec.id, round=0, parent=None, obstacle=spec.obstacle,
+        contacts=spec.contacts, fps=spec.fps, made_by=spec.made_by, acceptance=checks, qpos=qpos,
+    )  # fmt: skip
