@@ -32,6 +32,10 @@ class HoldsLearner:
     def actor_state(self) -> dict:
         return self.learner.actor.state_dict()
 
+    def inject_nonfinite(self, count: int) -> None:
+        """Chaos drill: the next ``count`` updates see a NaN reward (``LLP_INJECT_FAULT=<stage>@<it>:nan<count>``)."""
+        self.learner.poison_next = count
+
 
 class LearnerWorker(HoldsLearner):
     """The stage's ``Learner`` on rollouts gathered by its simulator actors (joined along the env axis)."""

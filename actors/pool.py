@@ -94,6 +94,9 @@ class TrainingPool:
     def actor_state(self) -> dict:
         return ray.get(self._holder().actor_state.remote())
 
+    def inject_nonfinite(self, count: int) -> None:
+        ray.get(self._holder().inject_nonfinite.remote(count))
+
     def sim_pids(self) -> list[int]:
         if self.mode == "colocated":
             return [ray.get(self.colocated.pid.remote())]

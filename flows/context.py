@@ -53,6 +53,12 @@ class StageContext:
         """One training iteration's metrics, sent to MLflow with the next checkpoint: a stage that crashes
         redoes the iterations after its last checkpoint, and each iteration is then logged exactly once."""
         self.pending.append((step, metrics))
+        undone = metrics.get("faults/nonfinite_updates", 0.0)
+        if undone > self.extra.get("nonfinite_updates", 0.0):
+            self.extra["nonfinite_updates"] = undone
+            lr = metrics.get("policy/learning_rate", float("nan"))
+            print(f"\n[llp] {self.stage}: iteration {step}: an update left NaN or Inf and was undone "
+                  f"({undone:.0f} so far); learning rate lowered to {lr:.2e}", flush=True)  # fmt: skip
 
     def _flush_iterations(self) -> None:
         for step, metrics in self.pending:
@@ -126,17 +132,24 @@ class StageContext:
         state = trainer.load(str(path))
         return state["iteration"] + 1, list(state["history"])
 
-    def fault_point(self, iteration: int) -> None:
-        """Crash here once if LLP_INJECT_FAULT=<stage>@<iteration> (a marker in the run folder makes it once).
-        Stages call it after every iteration, checkpointed or not."""
+    def fault_point(self, iteration: int, trainer=None) -> None:
+        """Chaos drills, each once per run (a marker in the run folder): LLP_INJECT_FAULT=<stage>@<iteration>
+        crashes the stage after that iteration; <stage>@<iteration>:nan<K> makes the trainer's next K updates
+        see a NaN reward. Stages call it after every iteration, checkpointed or not."""
         spec = os.environ.get("LLP_INJECT_FAULT", "")
         if not spec:
             return
         for item in spec.split(","):
             stage, _, at = item.partition("@")
-            marker = self.run_dir / f".fault-{stage}-{at}"
-            if stage == self.stage and at.isdigit() and int(at) == iteration and not marker.exists():
-                marker.write_text("fired")
+            at, _, kind = at.partition(":")
+            marker = self.run_dir / f".fault-{stage}-{at}{kind}"
+            if stage != self.stage or not at.isdigit() or int(at) != iteration or marker.exists():
+                continue
+            marker.write_text("fired")
+            if kind.startswith("nan") and kind[3:].isdigit() and trainer is not None:
+                print(f"[llp] {stage}: injected fault: NaN rewards in the next {kind[3:]} updates", flush=True)
+                trainer.inject_nonfinite(int(kind[3:]))
+            else:
                 raise InjectedFault(f"injected fault in {stage} after iteration {iteration}")
 
     # ---------------------------------------------------------------- models

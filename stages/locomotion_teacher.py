@@ -87,7 +87,7 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
             progress.update(it, metrics)
             if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
                 ctx.save_checkpoint(pool, it, history)
-            ctx.fault_point(it)
+            ctx.fault_point(it, pool)
         actor = Actor(cfg.actor, pool.spaces["obs_dims"], pool.spaces["num_actions"])
         actor.load_state_dict(pool.actor_state())
     finally:

@@ -59,3 +59,37 @@ def test_checkpoint_write_is_atomic(tmp_path):
     _, ppo = _learner(0)
     save_checkpoint(tmp_path / "c.pt", ppo, iteration=0)
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left behind
+
+
+def test_a_nonfinite_update_is_undone_with_a_lower_learning_rate_and_repeats_stop_the_stage():
+    import pytest
+
+    from llp.learn.learner import Learner, NonFiniteTraining
+
+    env, ppo = _learner(0)
+    learner = Learner(ppo)
+    collector = RolloutCollector(env, ppo.actor, ppo.critic, 20)
+    metrics = learner.update(collector.collect())  # a good update
+    assert metrics["faults/nonfinite_updates"] == 0.0
+    before = {k: v.clone() for k, v in ppo.actor.state_dict().items()}
+    optimizer_before = ppo.optimizer.state_dict()["state"][0]["exp_avg"].clone()
+    lr = ppo.learning_rate
+
+    learner.poison_next = 1  # the next rollout carries a NaN reward
+    metrics = learner.update(collector.collect())
+    assert metrics == {"faults/nonfinite_updates": 1.0, "policy/learning_rate": lr * 0.5}
+    for k, v in ppo.actor.state_dict().items():
+        assert torch.equal(v, before[k]), k  # undone: networks, normalisers ...
+    assert torch.equal(ppo.optimizer.state_dict()["state"][0]["exp_avg"], optimizer_before)  # ... and Adam
+    assert ppo.learning_rate == lr * 0.5 and ppo.optimizer.param_groups[0]["lr"] == lr * 0.5
+
+    metrics = learner.update(collector.collect())  # clean data again: training goes on
+    assert metrics["faults/nonfinite_updates"] == 1.0 and learner.nonfinite_streak == 0
+    assert all(torch.isfinite(p).all() for p in ppo.actor.parameters())
+
+    learner.poison_next = 3  # max_nonfinite_updates (3) in a row: a clear stop
+    learner.update(collector.collect())
+    learner.update(collector.collect())
+    with pytest.raises(NonFiniteTraining, match="3 updates in a row left NaN or Inf"):
+        learner.update(collector.collect())
+    assert all(torch.isfinite(p).all() for p in ppo.actor.parameters())

@@ -191,6 +191,26 @@ def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path,
     assert "(resumed)" in result.stdout
 
 
+def test_nan_rewards_mid_stage_are_undone_and_training_finishes(services, tmp_path, llp):
+    # after iteration 1 the learner's next two updates see a NaN reward: each is undone, the rate is halved
+    env = {**services["env"], "LLP_INJECT_FAULT": "locomotion_teacher@1:nan2"}
+    sets = ["--set", f"run_root={tmp_path}", "--set", "stages.locomotion_teacher.iterations=5",
+            "--set", "stages.locomotion_teacher.retries=0", "--until-stage", "locomotion_teacher"]  # fmt: skip
+    result = llp("run", *SMOKE, *sets, "--run-id", "nan", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "iteration 2: an update left NaN or Inf and was undone (1 so far)" in result.stdout
+    assert "iteration 3: an update left NaN or Inf and was undone (2 so far)" in result.stdout
+    teacher = ledger(tmp_path, "nan")["stages"]["locomotion_teacher"]
+    assert teacher["executions"] == 1 and teacher["state"] == "completed"
+    client = mlflow_client(services)
+    undone = {m.step: m.value for m in client.get_metric_history(teacher["mlflow_run"], "faults/nonfinite_updates")}
+    assert undone == {0: 0.0, 1: 0.0, 2: 1.0, 3: 2.0, 4: 2.0}
+    rates = {m.step: m.value for m in client.get_metric_history(teacher["mlflow_run"], "policy/learning_rate")}
+    assert rates[3] == pytest.approx(rates[2] / 2)
+    policy = client.get_model_version_by_alias("llp-locomotion-teacher", "run-nan")  # registered, finite
+    assert policy.tags["llp.pipeline_run"] == "nan"
+
+
 def test_bad_config_fails_fast_without_creating_state(tmp_path, llp):
     root = tmp_path / "runs"
     t0 = time.perf_counter()

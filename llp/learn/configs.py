@@ -91,9 +91,19 @@ class PPOConfig:
     bptt_length: int | None = field(
         default=None, doc="Truncated BPTT window for recurrent actors (divides num_steps); null = the whole rollout."
     )
+    nonfinite_lr_factor: float = field(
+        default=0.5,
+        doc="An update that leaves a NaN or Inf in a loss or a parameter is undone, and the learning rate is "
+        "multiplied by this.",
+    )
+    max_nonfinite_updates: int = field(
+        default=3, doc="That many non-finite updates in a row stop the stage with a clear error."
+    )
 
     def validate(self, path: str) -> None:
         p = f"{path}." if path else ""
+        check(0 < self.nonfinite_lr_factor < 1, f"{p}nonfinite_lr_factor", "must be in (0, 1)")
+        check(self.max_nonfinite_updates >= 1, f"{p}max_nonfinite_updates", "must be >= 1")
         check(self.num_steps >= 1, f"{p}num_steps", "must be >= 1")
         check(self.num_epochs >= 1, f"{p}num_epochs", "must be >= 1")
         check(self.num_minibatches >= 1, f"{p}num_minibatches", "must be >= 1")

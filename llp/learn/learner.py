@@ -8,6 +8,8 @@ learner actor (decoupled layout), in the co-located actor and in plain loops.
 
 from __future__ import annotations
 
+import copy
+import math
 import time
 
 import numpy as np
@@ -22,17 +24,88 @@ from llp.learn.spec import TrainSpec
 from llp.learn.storage import Rollout
 
 
+class NonFiniteTraining(RuntimeError):
+    """Updates kept producing NaN or Inf: the stage stops (its last checkpoint is intact)."""
+
+
 class Learner:
-    """PPO (with its DAgger and reconstruction terms) plus optional AMP."""
+    """PPO (with its DAgger and reconstruction terms) plus optional AMP.
+
+    An update that leaves a NaN or an Inf in a loss or in any parameter is undone (the networks, optimiser
+    and discriminators go back to their state before it), the learning rate is lowered by
+    ``ppo.nonfinite_lr_factor``, and the event is counted in the metrics (``faults/nonfinite_updates``);
+    ``ppo.max_nonfinite_updates`` of them in a row raise ``NonFiniteTraining``."""
 
     def __init__(self, ppo: PPO, amp: AMP | None = None):
         self.ppo, self.amp = ppo, amp
+        self.nonfinite_updates = 0  # in all
+        self.nonfinite_streak = 0  # in a row
+        self.poison_next = 0  # chaos drills: that many coming updates see a NaN reward (inject_nonfinite)
 
     @property
     def actor(self) -> Actor:
         return self.ppo.actor
 
     def update(self, rollout: Rollout) -> dict[str, float]:
+        before = self._state()
+        if self.poison_next > 0:
+            self.poison_next -= 1
+            rollout.rewards = rollout.rewards.clone()
+            rollout.rewards[0, 0, 0] = float("nan")
+        metrics = self._update(rollout)
+        bad = sorted(k for k, v in metrics.items() if not math.isfinite(v)) + self._nonfinite_parameters()
+        if not bad:
+            self.nonfinite_streak = 0
+            metrics["faults/nonfinite_updates"] = float(self.nonfinite_updates)
+            return metrics
+        self._restore(before)
+        self.nonfinite_updates += 1
+        self.nonfinite_streak += 1
+        lowered = self.ppo.learning_rate * self.ppo.cfg.nonfinite_lr_factor
+        self.ppo.set_learning_rate(lowered)
+        if self.nonfinite_streak >= self.ppo.cfg.max_nonfinite_updates:
+            raise NonFiniteTraining(
+                f"{self.nonfinite_streak} updates in a row left NaN or Inf in {', '.join(bad[:5])}; each was undone "
+                f"and the learning rate lowered to {lowered:.2e}. The networks are as after the last good update; "
+                f"the stage's last checkpoint is intact"
+            )
+        return {
+            "faults/nonfinite_updates": float(self.nonfinite_updates),
+            "policy/learning_rate": lowered,
+        }
+
+    def _state(self) -> dict:
+        return copy.deepcopy(
+            {
+                "actor": self.ppo.actor.state_dict(),
+                "critic": None if self.ppo.critic is None else self.ppo.critic.state_dict(),
+                "optimizer": self.ppo.optimizer.state_dict(),
+                "amp": None if self.amp is None else self.amp.state_dict(),
+            }
+        )
+
+    def _restore(self, state: dict) -> None:
+        self.ppo.actor.load_state_dict(state["actor"])
+        if self.ppo.critic is not None:
+            self.ppo.critic.load_state_dict(state["critic"])
+        self.ppo.optimizer.load_state_dict(state["optimizer"])
+        if self.amp is not None:
+            self.amp.load_state_dict(state["amp"])
+
+    def _nonfinite_parameters(self) -> list[str]:
+        modules = {"actor": self.ppo.actor, "critic": self.ppo.critic}
+        if self.amp is not None:
+            modules["amp"] = self.amp
+        bad = []
+        for prefix, module in modules.items():
+            if module is None or not hasattr(module, "state_dict"):
+                continue
+            for name, value in module.state_dict().items():
+                if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
+                    bad.append(f"{prefix}.{name}")
+        return bad
+
+    def _update(self, rollout: Rollout) -> dict[str, float]:
         extra = None
         metrics: dict[str, float] = {}
         if self.amp is not None:

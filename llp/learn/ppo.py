@@ -233,8 +233,12 @@ class PPO:
             self.learning_rate = max(1e-5, self.learning_rate / 1.5)
         elif 0.0 < kl < cfg.desired_kl / 2.0:
             self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+        self.set_learning_rate(self.learning_rate)
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.learning_rate = lr
         for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate
+            group["lr"] = lr
 
     # ------------------------------------------------------------------ replay check
     @torch.no_grad()
