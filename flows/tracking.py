@@ -137,8 +137,52 @@ def register_policy(
     for key, value in tags.items():
         client.set_model_version_tag(model_name, version, key, value)
     client.set_model_version_tag(model_name, version, "llp.serialization", "pt2")
+    with tempfile.TemporaryDirectory() as tmp:  # the files as stored: their digests guard every later load
+        stored = Path(mlflow.artifacts.download_artifacts(f"models:/{model_name}/{version}", dst_path=tmp))
+        client.set_model_version_tag(model_name, version, DIGEST_TAG, json.dumps(file_digests(stored)))
     client.set_registered_model_alias(model_name, alias, version)
     return f"models:/{model_name}/{version}"
+
+
+DIGEST_TAG = "llp.sha256"  # {relative path: sha256} of a registered version's files
+
+
+class ArtifactIntegrityError(ValueError):
+    """A registered version's files are missing or differ from what was registered."""
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (or of ``root`` itself), by path relative to ``root``."""
+    import hashlib
+
+    root = Path(root)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    out = {}
+    for f in files:
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        out[f.name if f == root else f.relative_to(root).as_posix()] = h.hexdigest()
+    return out
+
+
+def verify_digests(uri: str, local: Path) -> None:
+    """Compare downloaded files with the digests recorded at registration; versions registered before
+    digests were recorded pass unchecked."""
+    name, version = parse_model_uri(resolve_model_uri(uri))
+    recorded = MlflowClient().get_model_version(name, version).tags.get(DIGEST_TAG)
+    if recorded is None:
+        return
+    expected, found = json.loads(recorded), file_digests(local)
+    for path, digest in sorted(expected.items()):
+        if path not in found:
+            raise ArtifactIntegrityError(f"models:/{name}/{version}: file {path} is missing from the artifact store")
+        if found[path] != digest:
+            raise ArtifactIntegrityError(
+                f"models:/{name}/{version}: file {path} does not match its registered sha256 "
+                f"({digest[:12]}..., found {found[path][:12]}...): the stored copy was changed or corrupted"
+            )
 
 
 def register_dataset(run_id: str, name: str, local: Path, tags: dict[str, str], alias: str) -> str:
@@ -158,8 +202,12 @@ def register_dataset(run_id: str, name: str, local: Path, tags: dict[str, str], 
         client.get_registered_model(name)
     except Exception:
         client.create_registered_model(name, tags={"llp.kind": "dataset"})
+    digests = json.dumps(file_digests(local))
     version = client.create_model_version(
-        name, source=f"runs:/{run_id}/{artifact_path}", run_id=run_id, tags={**tags, "llp.kind": "dataset"}
+        name,
+        source=f"runs:/{run_id}/{artifact_path}",
+        run_id=run_id,
+        tags={**tags, "llp.kind": "dataset", DIGEST_TAG: digests},
     ).version
     client.set_registered_model_alias(name, alias, str(version))
     return f"models:/{name}/{version}"
@@ -172,7 +220,9 @@ def download_dataset(uri: str, dst: Path) -> Path:
     if MlflowClient().get_model_version(name, version).tags.get("llp.kind") != "dataset":
         raise ValueError(f"{uri} is not a dataset (a policy? load it with load_policy)")
     dst.mkdir(parents=True, exist_ok=True)
-    return Path(mlflow.artifacts.download_artifacts(resolved, dst_path=str(dst)))
+    local = Path(mlflow.artifacts.download_artifacts(resolved, dst_path=str(dst)))
+    verify_digests(resolved, local)
+    return local
 
 
 def set_alias(model_uri: str, alias: str) -> None:
@@ -227,7 +277,10 @@ def load_policy(uri: str):
     name, version = parse_model_uri(uri)
     if MlflowClient().get_model_version(name, version).tags.get("llp.kind") == "dataset":
         raise ValueError(f"{uri} is a dataset, not a policy (download it with download_dataset)")
-    module = mlflow.pytorch.load_model(uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=tmp))
+        verify_digests(uri, local)
+        module = mlflow.pytorch.load_model(str(local))
     meta = mlflow.models.get_model_info(uri).metadata or {}
     if "llp_policy_spec" not in meta:
         raise ValueError(f"{uri} has no llp_policy_spec metadata: not a policy registered by this platform")
@@ -242,6 +295,7 @@ def download_policy(uri: str) -> tuple[bytes, dict]:
         raise ValueError(f"{uri} has no llp_policy_spec metadata: not a policy registered by this platform")
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=tmp))
+        verify_digests(uri, local)
         programs = list(local.rglob("*.pt2"))
         if len(programs) != 1:
             raise ValueError(f"{uri}: expected one pt2 program in the model, found {len(programs)}")

@@ -285,6 +285,31 @@ def test_llp_evaluate_reports_one_outcome_per_trial_beside_the_stand_still_basel
     assert missing.returncode == 2 and "no registered model 'llp-no-such-model'" in missing.stderr
 
 
+def test_a_corrupted_policy_file_is_refused_by_version_and_file_before_any_work(services, smoke_run, llp):
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=services["s3"].url, region_name="us-east-1",
+                      aws_access_key_id="llp-test-key", aws_secret_access_key=SECRET)  # fmt: skip
+    registered = mlflow_client(services).get_model_version_by_alias("llp-locomotion-teacher", "run-e2e")
+    version = registered.version
+    stored_as = registered.source.rstrip("/").rsplit("/", 1)[-1]  # models:/m-<id>: the logged model's folder
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+    keys = [o["Key"] for p in pages for o in p.get("Contents", [])]
+    program = [k for k in keys if f"/{stored_as}/" in k and k.endswith(".pt2")]
+    assert len(program) == 1, (registered.source, [k for k in keys if k.endswith(".pt2")])
+    original = s3.get_object(Bucket=BUCKET, Key=program[0])["Body"].read()
+    common = ["--profile", "smoke", "--set", f"run_root={smoke_run['root']}", "--trials", "1", "--json"]
+    try:
+        s3.put_object(Bucket=BUCKET, Key=program[0], Body=original[:-64] + b"x" * 64)  # same size, bytes changed
+        bad = llp("evaluate", "--model", f"models:/llp-locomotion-teacher/{version}", *common, env=services["env"])
+        assert bad.returncode == 2, bad.stdout[-2000:] + bad.stderr[-2000:]
+        assert f"models:/llp-locomotion-teacher/{version}: file " in bad.stderr
+        assert "does not match its registered sha256" in bad.stderr and "Traceback" not in bad.stderr
+        assert "trials" not in bad.stdout  # refused before any trial ran
+    finally:
+        s3.put_object(Bucket=BUCKET, Key=program[0], Body=original)
+
+
 def test_a_dataset_round_trips_through_the_bus_with_lineage_tags(services, tmp_path):
     """A folder registered by one stage comes back, file for file, by URI, with its lineage; never as a policy."""
     import mlflow

@@ -236,6 +236,14 @@ def test_feet_phase_follows_the_clock_above_the_ground_under_each_foot():
     assert np.allclose(R.feet_phase(s, swing_height=0.1, sigma=0.01), [1.0, math.exp(-0.01 / 0.01), 0.0])
 
 
+def test_feet_slide_sums_the_horizontal_speed_of_loaded_feet():
+    # env 0: the left foot slides at 0.3 m/s under load, the right one lifts at 1 m/s (not in contact)
+    s = state(foot_vel=[[[0.3, 0.0, 0.0], [0.6, 0.8, 1.0]]], foot_contact_force=[[80.0, 0.0]])
+    assert np.allclose(R.feet_slide(s), [0.3])
+    s = state(foot_vel=[[[0.3, 0.4, 0.0], [0.0, 0.1, 0.0]]], foot_contact_force=[[80.0, 20.0]])
+    assert np.allclose(R.feet_slide(s), [0.6])
+
+
 def test_the_gait_clock_advances_at_the_stride_frequency_with_the_feet_half_a_cycle_apart():
     import torch
 

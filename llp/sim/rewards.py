@@ -152,6 +152,13 @@ def feet_phase(s: TaskState, swing_height: float = 0.1, sigma: float = 0.01, min
     return reward * moving
 
 
+def feet_slide(s: TaskState, contact_force: float = 1.0) -> np.ndarray:
+    """Sum over the feet touching the ground (> ``contact_force`` newtons) of their horizontal speed, m/s:
+    a foot that carries load should not slide (Isaac Lab's humanoid feet_slide)."""
+    contact = s.foot_contact_force > contact_force
+    return (np.linalg.norm(s.foot_vel[:, :, :2], axis=2) * contact).sum(axis=1)
+
+
 class FeetAirTimeBiped:
     """Single-stance time: while exactly one foot touches the ground, the shorter of the stance foot's contact
     time and the swing foot's air time, capped at ``threshold`` seconds; 0 in double support, flight, or under
@@ -237,6 +244,7 @@ REWARD_TERMS: dict[str, TermSpec] = {
     "joint_deviation": TermSpec("penalty", _stateless(joint_deviation)),
     "feet_air_time": TermSpec("reward", lambda num_envs, **p: FeetAirTimeBiped(num_envs, **p)),
     "feet_phase": TermSpec("reward", _stateless(feet_phase)),
+    "feet_slide": TermSpec("penalty", _stateless(feet_slide)),
 }
 STATEFUL_TERMS = {"foot_acceleration": FootAcceleration, "feet_air_time": FeetAirTimeBiped}
 
