@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ class StageContext:
     metrics_logged: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     pending: list[tuple[int, dict]] = field(default_factory=list)  # iterations not yet covered by a checkpoint
+    uploads: CheckpointUploads | None = None
 
     # ---------------------------------------------------------------- logging
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
@@ -48,6 +50,25 @@ class StageContext:
         batch = [Metric(_metric_key(k), float(v), now, step) for k, v in metrics.items() if _finite(v)]
         MlflowClient().log_batch(self.mlflow_run_id, metrics=batch)
         self.metrics_logged += len(batch)
+
+    def log_metric_steps(self, steps: list[tuple[int, dict]], limit: int = 1000) -> int:
+        """Send the metrics of several steps in one request (MLflow takes up to 1000 values per batch);
+        returns how many steps went."""
+        import time
+
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+
+        now, batch, count = int(time.time() * 1000), [], 0
+        for step, metrics in steps:
+            values = [Metric(_metric_key(k), float(v), now, step) for k, v in metrics.items() if _finite(v)]
+            if batch and len(batch) + len(values) > limit:
+                break
+            batch += values
+            count += 1
+        MlflowClient().log_batch(self.mlflow_run_id, metrics=batch)
+        self.metrics_logged += len(batch)
+        return count
 
     def log_iteration(self, metrics: dict[str, float], step: int) -> None:
         """One training iteration's metrics, sent to MLflow with the next checkpoint: a stage that crashes
@@ -119,13 +140,26 @@ class StageContext:
         return path
 
     def save_checkpoint(self, trainer, iteration: int, history: list) -> None:
-        """Write the trainer's full state locally and upload it as the stage run's latest checkpoint."""
+        """Write the trainer's full state locally; a background thread uploads it as the stage run's latest
+        checkpoint, then sends the metrics of the iterations it covers. Training goes on meanwhile, also while
+        the tracking server is unreachable: uploads wait for it, in order, and a newer checkpoint supersedes
+        older ones still waiting."""
         local = Path(trainer.save(str(self._checkpoint_dir() / "latest.pt"), iteration, history))
-        tracking.log_checkpoint(self.mlflow_run_id, local, iteration)
-        self._flush_iterations()
+        staged = self._checkpoint_dir() / f"upload-{iteration}.pt"
+        shutil.copyfile(local, staged)
+        metrics, self.pending = self.pending, []
+        if self.uploads is None:
+            self.uploads = CheckpointUploads(self)
+        self.uploads.submit(staged, iteration, metrics)
+
+    def drain_uploads(self, timeout: float = 900.0) -> None:
+        """Wait until every checkpoint and metric is with the tracking server (or raise after ``timeout``)."""
+        if self.uploads is not None:
+            self.uploads.drain(timeout)
 
     def restore_checkpoint(self, trainer) -> tuple[int, list]:
         """Resume ``trainer`` from this stage run's latest checkpoint: (next iteration, history so far)."""
+        self.drain_uploads()
         path = tracking.download_checkpoint(self.mlflow_run_id, self._checkpoint_dir() / "download")
         if path is None:
             return 0, []
@@ -174,6 +208,109 @@ class StageContext:
 
         program, spec = tracking.download_policy(uri)
         return FrozenPolicy(uri, program, spec)
+
+
+class CheckpointUploads:
+    """One background thread that sends checkpoints and their metrics to MLflow, in order, retrying while
+    the server is unreachable. Waiting jobs are merged: the newest checkpoint, every waiting metric."""
+
+    RETRY_S = 3.0
+    SLOW_S = 10.0  # an upload taking longer than this is reported (MLflow's client retries for minutes itself)
+
+    def __init__(self, ctx: StageContext):
+        import threading
+
+        self.ctx = ctx
+        self.jobs: list[tuple[Path, int, list]] = []
+        self.lock = threading.Condition()
+        self.busy = False
+        self.started = 0.0  # when the job in flight was taken
+        self.failing_since: float | None = None  # when it was reported as waiting for the server
+        self.thread = threading.Thread(target=self._work, name=f"llp-uploads-{ctx.stage}", daemon=True)
+        self.thread.start()
+
+    def submit(self, staged: Path, iteration: int, metrics: list) -> None:
+        import time
+
+        with self.lock:
+            self.jobs.append((staged, iteration, metrics))
+            self.lock.notify_all()
+            if self.busy and self.failing_since is None and time.monotonic() - self.started > self.SLOW_S:
+                self._report_waiting(f"{self.SLOW_S:.0f} s without a reply", time.monotonic())
+
+    def _report_waiting(self, why: str, since: float) -> None:
+        self.failing_since = since
+        print(f"\n[llp] {self.ctx.stage}: the tracking server is not answering ({why}); training goes on, "
+              f"its checkpoints and metrics wait", flush=True)  # fmt: skip
+
+    def drain(self, timeout: float) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while self.jobs or self.busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waiting = [it for _, it, _ in self.jobs]
+                    raise RuntimeError(
+                        f"{self.ctx.stage}: the tracking server did not take checkpoints {waiting} within "
+                        f"{timeout:.0f} s; they are kept in {self.ctx._checkpoint_dir()}"
+                    )
+                self.lock.wait(min(left, 1.0))
+
+    def _take(self) -> list:
+        """The next job: [staged checkpoint or None once sent, its iteration, metrics not yet sent]."""
+        import time
+
+        with self.lock:
+            while not self.jobs:
+                self.lock.wait()
+            self.busy, self.started = True, time.monotonic()
+            return self._merge([])
+
+    def _merge(self, metrics: list) -> list:
+        """Fold the waiting jobs (lock held) into one: the newest checkpoint and every metric, in order."""
+        jobs, self.jobs = self.jobs, []
+        for staged, _, _ in jobs[:-1]:  # superseded by the newest checkpoint
+            staged.unlink(missing_ok=True)
+        staged, iteration, _ = jobs[-1]
+        return [staged, iteration, metrics + [m for _, _, ms in jobs for m in ms]]
+
+    def _work(self) -> None:
+        import time
+
+        job = None
+        while True:
+            job = job or self._take()
+            staged, iteration, metrics = job
+            try:
+                if staged is not None:
+                    tracking.log_checkpoint(self.ctx.mlflow_run_id, staged, iteration)
+                    staged.unlink(missing_ok=True)
+                    job[0] = None
+                while metrics:  # each sent once: a retry resumes after the last batch that went through
+                    sent = self.ctx.log_metric_steps(metrics)
+                    del metrics[:sent]
+            except Exception as err:  # noqa: BLE001 - any failure to reach the server is retried
+                with self.lock:
+                    if self.failing_since is None:
+                        self._report_waiting(type(err).__name__, self.started)
+                time.sleep(self.RETRY_S)
+                with self.lock:
+                    if self.jobs:  # newer checkpoints arrived meanwhile: send the newest, with every metric
+                        if job[0] is not None:
+                            job[0].unlink(missing_ok=True)
+                        job = self._merge(metrics)
+                continue
+            job = None
+            with self.lock:
+                if self.failing_since is not None:
+                    down = time.monotonic() - self.failing_since
+                    print(f"\n[llp] {self.ctx.stage}: the tracking server is back after {down:.0f} s; "
+                          f"checkpoint {iteration} sent", flush=True)  # fmt: skip
+                    self.failing_since = None
+                self.busy = False
+                self.lock.notify_all()
 
 
 def _metric_key(key: str) -> str:

@@ -10,6 +10,7 @@ retried or resumed stage continues its own MLflow run from its last checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -406,7 +407,16 @@ def execute_stage(
                 alias=f"run-{run_id}",
             )
             t0 = time.perf_counter()
-            outputs = spec.run(ctx, build(spec.config, stage_cfg, f"stages.{stage}"), inputs)
+            try:
+                outputs = spec.run(ctx, build(spec.config, stage_cfg, f"stages.{stage}"), inputs)
+            except Exception:
+                ctx.drain_uploads()  # a retry resumes from the checkpoints this attempt sent
+                raise
+            except BaseException:  # Ctrl-C, SIGTERM: send what can be sent quickly, then stop
+                with contextlib.suppress(Exception):
+                    ctx.drain_uploads(timeout=30.0)
+                raise
+            ctx.drain_uploads()
             st = ledger.stage(stage)
             st["compute_s"] = st.get("compute_s", 0.0) + time.perf_counter() - t0
             ledger.save()

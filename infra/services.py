@@ -1,4 +1,5 @@
-"""Local services the platform starts for itself: Prefect's server, an MLflow server, an S3 endpoint.
+"""Local services the platform starts for itself: Prefect's server, an MLflow server, an S3 endpoint, and
+(for the cluster-shaped test) a PostgreSQL server as MLflow's backend store.
 
 Each runs as a subprocess in its own process group on 127.0.0.1 with a free
 port, is polled until healthy, and is stopped with its whole group. None of
@@ -158,10 +159,16 @@ def keep_prefect(home: Path) -> None:
 
 # ------------------------------------------------------------------ MLflow
 def start_mlflow(
-    store: Path, artifacts: str, port: int | None = None, env_extra: dict | None = None, timeout: float = 180.0
+    store: Path,
+    artifacts: str,
+    port: int | None = None,
+    env_extra: dict | None = None,
+    timeout: float = 180.0,
+    backend_uri: str | None = None,
 ) -> Service:
-    """``mlflow server`` with a SQLite store at ``store`` and artifacts at ``artifacts`` (a path or s3:// URI),
-    proxied through the server (clients need no storage credentials)."""
+    """``mlflow server`` with a SQLite store at ``store`` (or the database at ``backend_uri``, e.g. PostgreSQL)
+    and artifacts at ``artifacts`` (a path or s3:// URI), proxied through the server (clients need no storage
+    credentials). Its log goes next to ``store``."""
     port = port or free_port()
     env = {
         **os.environ,
@@ -181,7 +188,7 @@ def start_mlflow(
         "--workers",
         "1",
         "--backend-store-uri",
-        f"sqlite:///{store}",
+        backend_uri or f"sqlite:///{store}",
         "--serve-artifacts",
         "--artifacts-destination",
         artifacts,
@@ -189,6 +196,60 @@ def start_mlflow(
     return _spawn(
         "mlflow server", cmd, env, store.parent / "mlflow-server.log", f"http://127.0.0.1:{port}/health", timeout
     )
+
+
+# ------------------------------------------------------------------ PostgreSQL
+def start_postgres(home: Path, timeout: float = 60.0) -> Service:
+    """A PostgreSQL server (Debian's ``postgresql`` package) on 127.0.0.1 with its data in ``home``, a database
+    ``mlflow`` in it; ``url`` is the SQLAlchemy URI MLflow takes (driver: psycopg 3). As root it runs as the
+    ``postgres`` user, because PostgreSQL refuses to run as root."""
+    import glob
+    import shutil
+
+    binaries = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    bindir = Path(binaries[-1]) if binaries else None
+    if bindir is None or not (bindir / "initdb").exists():
+        raise RuntimeError("PostgreSQL is not installed: apt-get install postgresql")
+    home = Path(home).resolve()
+    data, sockets = home / "data", home / "sockets"
+    sockets.mkdir(parents=True, exist_ok=True)
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(home, "postgres")
+        shutil.chown(sockets, "postgres")
+    log = home / "postgres.log"
+    subprocess.run(
+        [*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    handle = open(log, "ab")
+    cmd = [*as_user, str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1", "-k", str(sockets)]
+    proc = subprocess.Popen(
+        cmd, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.time() + timeout
+    while True:
+        ready = (
+            subprocess.run(
+                [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)], capture_output=True
+            ).returncode
+            == 0
+        )
+        if ready:
+            break
+        if proc.poll() is not None or time.time() > deadline:
+            stop_process_group(proc.pid)
+            raise RuntimeError(f"PostgreSQL did not start; see {log}")
+        time.sleep(0.25)
+    subprocess.run(
+        [str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", "CREATE DATABASE mlflow"],
+        check=True,
+        capture_output=True,
+    )
+    return Service("postgresql", f"postgresql+psycopg://postgres@127.0.0.1:{port}/mlflow", proc.pid, log, proc)
 
 
 # ------------------------------------------------------------------ S3

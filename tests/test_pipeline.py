@@ -335,3 +335,70 @@ def test_a_dataset_round_trips_through_the_bus_with_lineage_tags(services, tmp_p
     assert tags["llp.pipeline_run"] == "bus-test"
     with pytest.raises(ValueError, match="is a dataset, not a policy"):
         tracking.load_policy(uri)
+
+
+OUTAGE_ITERATIONS = 1500  # smoke iterations: long enough to span the outage and run on after it
+
+
+def test_training_goes_on_while_the_tracking_server_is_down_and_its_metrics_arrive_after(services, tmp_path):
+    """The MLflow server goes away for 30 s mid-stage: training does not stop, the stage is not retried, and
+    every iteration's metrics and every checkpoint reach the server once it is back, each exactly once."""
+    import subprocess
+
+    import torch
+    from mlflow import MlflowClient
+
+    from llp.infra.services import start_mlflow
+    from tests.conftest import BIN, ROOT
+
+    creds = {k: v for k, v in services["env"].items() if k.startswith("AWS_")}
+    s3_env = {**creds, "MLFLOW_S3_ENDPOINT_URL": services["s3"].url}
+    store = tmp_path / "mlflow" / "mlflow.db"
+    server = start_mlflow(store, f"s3://{BUCKET}/outage", env_extra=s3_env)
+    port = int(server.url.rsplit(":", 1)[1])
+    env = {**os.environ, **services["env"], "MLFLOW_TRACKING_URI": server.url, "PYTHONUNBUFFERED": "1"}
+    teacher = "stages.locomotion_teacher"
+    args = [*SMOKE, "--set", f"run_root={tmp_path}", "--set", f"{teacher}.iterations={OUTAGE_ITERATIONS}",
+            "--set", f"{teacher}.checkpoint_every=25", "--set", f"{teacher}.retries=0",
+            "--until-stage", "locomotion_teacher", "--run-id", "outage"]  # fmt: skip
+    log = open(tmp_path / "outage.log", "w")
+    proc = subprocess.Popen([str(BIN / "llp"), "run", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        client = MlflowClient(server.url)
+        deadline = time.monotonic() + 300
+        run_id, first = None, []
+        while not first:  # wait for the first checkpoint on the server
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "outage.log").read_text()[-3000:]
+            time.sleep(1)
+            book = tmp_path / "outage" / "ledger.json"
+            stages = json.loads(book.read_text())["stages"] if book.exists() else {}
+            run_id = stages.get("locomotion_teacher", {}).get("mlflow_run")
+            first = client.get_metric_history(run_id, "checkpoint/iteration") if run_id else []
+        server.stop()
+        local = tmp_path / "outage" / "checkpoints" / "locomotion_teacher" / "latest.pt"
+        time.sleep(2)
+        at_start = torch.load(local, weights_only=False)["iteration"]
+        time.sleep(28)
+        at_end = torch.load(local, weights_only=False)["iteration"]
+        assert proc.poll() is None, "the run ended while the server was down"
+        assert at_end >= at_start + 50, (at_start, at_end)  # training went on: checkpoints kept coming locally
+        server = start_mlflow(store, f"s3://{BUCKET}/outage", port=port, env_extra=s3_env)
+        assert proc.wait(timeout=600) == 0, (tmp_path / "outage.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
+        log.close()
+    out = (tmp_path / "outage.log").read_text()
+    assert "the tracking server is not answering" in out and "the tracking server is back after" in out
+    teacher = json.loads((tmp_path / "outage" / "ledger.json").read_text())["stages"]["locomotion_teacher"]
+    assert teacher["executions"] == 1 and teacher["state"] == "completed"
+    server = start_mlflow(store, f"s3://{BUCKET}/outage", port=port, env_extra=s3_env)
+    try:
+        client = MlflowClient(server.url)
+        steps = sorted(m.step for m in client.get_metric_history(run_id, "perf/env_steps"))
+        assert steps == list(range(OUTAGE_ITERATIONS))  # every iteration, once
+        checkpoints = [m.step for m in client.get_metric_history(run_id, "checkpoint/iteration")]
+        assert checkpoints[-1] == OUTAGE_ITERATIONS - 1 and len(checkpoints) == len(set(checkpoints))
+    finally:
+        server.stop()

@@ -111,6 +111,7 @@ def test_every_penalty_is_declared_as_one():
         "lin_vel_z",
         "ang_vel_xy",
         "joint_deviation",
+        "feet_slide",
     }
 
 
