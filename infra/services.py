@@ -210,13 +210,21 @@ def start_postgres(home: Path, timeout: float = 60.0) -> Service:
     bindir = Path(binaries[-1]) if binaries else None
     if bindir is None or not (bindir / "initdb").exists():
         raise RuntimeError("PostgreSQL is not installed: apt-get install postgresql")
+    import tempfile
+
     home = Path(home).resolve()
-    data, sockets = home / "data", home / "sockets"
-    sockets.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
     as_user: list[str] = []
-    if os.geteuid() == 0:
+    if os.geteuid() == 0:  # the data must sit where the postgres user can reach it (not in root's private dirs)
         as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(home, "postgres")
+        base = Path(tempfile.mkdtemp(prefix="llp-postgres-"))
+        shutil.chown(base, "postgres")
+        (home / "data-location").write_text(str(base))
+    else:
+        base = home
+    data, sockets = base / "data", base / "sockets"
+    sockets.mkdir(parents=True, exist_ok=True)
+    if as_user:
         shutil.chown(sockets, "postgres")
     log = home / "postgres.log"
     subprocess.run(

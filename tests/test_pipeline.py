@@ -402,3 +402,28 @@ def test_training_goes_on_while_the_tracking_server_is_down_and_its_metrics_arri
         assert checkpoints[-1] == OUTAGE_ITERATIONS - 1 and len(checkpoints) == len(set(checkpoints))
     finally:
         server.stop()
+
+
+def test_mlflow_runs_on_a_postgresql_backend_store(tmp_path):
+    """The cluster shape of the tracking server: PostgreSQL (Debian's server, started here) behind `mlflow server`."""
+    import shutil
+
+    from mlflow import MlflowClient
+
+    from llp.infra.services import start_mlflow, start_postgres
+
+    if not shutil.which("pg_ctl") and not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    pg = start_postgres(tmp_path / "pg")
+    try:
+        server = start_mlflow(tmp_path / "mlflow" / "unused.db", str(tmp_path / "artifacts"), backend_uri=pg.url)
+        try:
+            client = MlflowClient(server.url)
+            run = client.create_run(client.create_experiment("pg"))
+            client.log_metric(run.info.run_id, "m", 2.5, step=3)
+            assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "m")] == [(3, 2.5)]
+            assert not (tmp_path / "mlflow" / "unused.db").exists()  # the runs live in PostgreSQL
+        finally:
+            server.stop()
+    finally:
+        pg.stop()
