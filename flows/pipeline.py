@@ -22,6 +22,7 @@ from pathlib import Path
 from llp.config.pipeline import PipelineConfig, config_hash, resolved
 from llp.config.schema import build
 from llp.flows.ledger import Ledger
+from llp.flows.run_request import select_stages
 from llp.flows.run_state import this_process
 from llp.infra.services import Service, prefect_env, start_prefect
 
@@ -101,16 +102,7 @@ def run_pipeline(
 
     stream = stream or sys.stdout
     stages = list(cfg.stages)
-    for name, label in (
-        (from_stage, "--from-stage"),
-        (until_stage, "--until-stage"),
-        *[(f, "--force") for f in force or []],
-    ):
-        if name is not None and name not in stages:
-            raise ValueError(f"{label} {name!r}: not a stage of this pipeline ({', '.join(stages)})")
-    first = stages.index(from_stage) if from_stage else 0
-    last = stages.index(until_stage) if until_stage else len(stages) - 1
-    selected = stages[first : last + 1]
+    selected = select_stages(stages, from_stage, until_stage, force)
 
     run_root = Path(cfg.run_root).resolve()
     run_dir = run_root / run_id

@@ -51,8 +51,13 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llp.flows.pipeline import prepare_prefect, run_pipeline
+    from llp.flows.run_request import check_run_id, check_run_root, select_stages
     from llp.infra.ray_runtime import check_local_ray
 
+    # what was asked is checked first: the run's name and folder, then the stage selection
+    check_run_id(run_id)
+    check_run_root(cfg.run_root)
+    select_stages(list(cfg.stages), args.from_stage, args.until_stage, args.force)
     run_root = Path(cfg.run_root)
     # a path Ray cannot use, more CPUs than there are, or a cluster that does not answer: fail before any work
     check_local_ray(run_root.resolve() / run_id / "ray", cfg.resources.cpu_demand())
@@ -118,12 +123,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     from llp.config.pipeline import PipelineConfig, apply_sets
     from llp.config.schema import build
+    from llp.flows.run_request import check_run_id
     from llp.stages.registry import check_pipeline
 
+    check_run_id(args.run, label="run")
     root = Path(args.run_root)
     config_file = root / args.run / "config.yaml"
     if not config_file.exists():
-        runs = sorted(p.name for p in root.glob("*/config.yaml"))
+        runs = sorted(p.parent.name for p in root.glob("*/config.yaml"))
         print(f"llp: no pipeline run {args.run!r} under {root}/ (runs: {', '.join(runs) or 'none'})", file=sys.stderr)
         return 2
     data = apply_sets(yaml.safe_load(config_file.read_text()), args.set)
@@ -402,13 +409,17 @@ def cmd_refs(args: argparse.Namespace) -> int:
     """The entries of a reference library with their provenance."""
     from pathlib import Path
 
-    from llp.motion.library import INDEX, ReferenceLibrary
+    from llp.motion.library import INDEX, LibraryError, ReferenceLibrary
 
     if not (Path(args.library) / INDEX).is_file():
         print(f"llp: {args.library!r} is not a reference library (no {INDEX}); `llp seeds --out DIR` makes one",
               file=sys.stderr)  # fmt: skip
         return 2
-    library = ReferenceLibrary(args.library)
+    try:
+        library = ReferenceLibrary(args.library)
+    except LibraryError as err:
+        print(f"llp: {err}", file=sys.stderr)
+        return 2
     if args.lineage:
         try:
             chain = library.lineage(args.lineage)
@@ -609,9 +620,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llp: config error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
-        if args.command in ("run", "resume", "evaluate"):
+        if args.command in ("run", "resume", "evaluate", "seeds", "refs", "play", "render"):
             print(f"llp: {err}", file=sys.stderr)
             return 2
+        raise
+    except OSError as err:  # a full disk, a folder removed underneath: one line that names the file
+        if args.command in ("run", "resume", "evaluate", "seeds", "refs", "play", "render"):
+            where = f": {err.filename}" if err.filename else ""
+            print(f"llp: {err.strerror or err}{where}", file=sys.stderr)
+            return 1
         raise
 
 

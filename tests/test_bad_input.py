@@ -44,3 +44,110 @@ def test_an_unreachable_cluster_a_missing_tracking_server_and_too_many_cpus_fail
     for result in (ray, tracking, cpus):
         assert "Traceback" not in result.stderr
     assert not root.exists()
+
+
+def _library(root, change, llp):
+    """A copy of the shipped seed's library with one thing broken by ``change(folder)``."""
+    import shutil
+
+    source = root / "good"
+    if not source.exists():
+        assert llp("seeds", "--out", str(source), timeout=300).returncode == 0
+    broken = root / change.__name__
+    shutil.copytree(source, broken)
+    change(broken)
+    return broken
+
+
+def not_json(lib):
+    (lib / "index.json").write_text('{"entries": [')
+
+
+def no_motion_file(lib):
+    for f in lib.glob("*.npz"):
+        f.unlink()
+
+
+def height_is_text(lib):
+    import json
+
+    data = json.loads((lib / "index.json").read_text())
+    data["entries"][0]["obstacle"]["height"] = "tall"
+    (lib / "index.json").write_text(json.dumps(data))
+
+
+def id_twice(lib):
+    import json
+
+    data = json.loads((lib / "index.json").read_text())
+    data["entries"].append(data["entries"][0])
+    (lib / "index.json").write_text(json.dumps(data))
+
+
+def no_entries(lib):
+    (lib / "index.json").write_text('{"refs": []}')
+
+
+LIBRARY_CASES = [
+    (not_json, "not valid JSON"),
+    (no_motion_file, "the motion files of climb_step_25.r0 are missing"),
+    (height_is_text, "entry climb_step_25.r0: obstacle.height: got 'tall', expected a number"),
+    (id_twice, "the id 'climb_step_25.r0' appears more than once"),
+    (no_entries, "expected an object with a list 'entries'"),
+]
+
+
+@pytest.mark.parametrize("change, message", LIBRARY_CASES, ids=[c[0].__name__ for c in LIBRARY_CASES])
+def test_a_broken_reference_library_is_named_with_the_file_and_entry(tmp_path_factory, llp, change, message):
+    library = _library(tmp_path_factory.getbasetemp() / "libraries", change, llp)
+    before = sorted(p.name for p in library.iterdir())
+    for args in (["refs", str(library)], ["seeds", "--out", str(library)]):
+        result = llp(*args, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in library.iterdir()) == before  # nothing was added to a broken library
+
+
+def cli_cases(tmp):
+    a_file = tmp / "a_file"
+    a_file.write_text("")
+    runs = ["--set", f"run_root={tmp / 'runs'}"]
+    return [
+        (["run", *SMOKE, *runs, "--run-id", "a" * 300], "a run id is 1-64 letters"),
+        (["run", *SMOKE, *runs, "--run-id", "../escape"], "a run id is 1-64 letters"),
+        (["run", *SMOKE, *runs, "--until-stage", "nope"], "--until-stage 'nope': not a stage of this pipeline"),
+        (["run", *SMOKE, *runs, "--force", "nope"], "--force 'nope': not a stage of this pipeline"),
+        (["run", *SMOKE, *runs, "--from-stage", "evaluate", "--until-stage", "locomotion_teacher"], "selects no stage"),
+        (["run", "--profile", "nosuch", *runs], "no profile named 'nosuch'"),
+        (["run", *SMOKE, *runs, "--set", "nokey=1"], "nokey: unknown key"),
+        (["run", *SMOKE, *runs, "--set", f"{T}.iterations"], "--set expects key.path=value"),
+        (["run", *SMOKE, *runs, "--set", f"{T}.iterations=-5"], f"{T}.iterations: must be >= 1"),
+        (["run", *SMOKE, *runs, "--set", "seed=1.5"], "seed: got 1.5, expected an integer"),
+        (["run", *SMOKE, "--set", f"run_root={a_file}/runs"], "is a file, not a folder"),
+        (["run", *SMOKE, "--set", f"run_root={tmp / ('r' * 300)}"], "is longer than 255 bytes"),
+        (["run", *SMOKE, "--set", "run_root=/proc/llp-runs"], "cannot be written"),
+        (["resume", "nosuch", "--run-root", str(tmp / "old")], "no pipeline run 'nosuch' under"),
+        (["resume", "../x", "--run-root", str(tmp / "old")], "run '../x': a run id is 1-64 letters"),
+        (["seeds", "nosuch", "--out", str(tmp / "refs")], "no seeds named 'nosuch'"),
+        (["refs", str(tmp)], "is not a reference library"),
+        (["evaluate", "--model", "notauri"], "expected a models:/ URI, got 'notauri'"),
+        (["evaluate", "--model", "stand-still", "--trials", "0"], "--trials must be >= 1"),
+    ]
+
+
+def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path, llp):
+    old = tmp_path / "old" / "20261201-010203-abcd"  # a run from before, so `resume nosuch` can list it
+    old.mkdir(parents=True)
+    (old / "config.yaml").write_text("{}")
+    cases = cli_cases(tmp_path)
+    for args, message in cases:
+        result = llp(*args, timeout=120)
+        shown = " ".join(a if len(a) < 60 else a[:20] + "..." for a in args)
+        assert result.returncode == 2, f"{shown}: rc {result.returncode}\n{result.stderr[-1500:]}"
+        assert message in result.stderr, f"{shown}: {result.stderr[-1500:]}"
+        assert "Traceback" not in result.stderr, shown
+        assert len(result.stderr.strip().splitlines()) == 1, f"{shown}: {result.stderr}"
+    assert "(runs: 20261201-010203-abcd)" in llp("resume", "nosuch", "--run-root", str(tmp_path / "old")).stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "old"]  # no runs/, refs/, escape/ or prefect/
+    assert not (tmp_path.parent / "escape").exists()
+    assert len(cases) + len(LIBRARY_CASES) + len(CASES) + 3 >= 30  # with the motion-file and config cases, more

@@ -22,6 +22,10 @@ from llp.motion.scene import Contact, ObstacleBox
 INDEX = "index.json"
 
 
+class LibraryError(ValueError):
+    """A library folder whose index or motion files are not what the index says."""
+
+
 @dataclass
 class Reference:
     """One motion reference and its provenance."""
@@ -71,7 +75,10 @@ class ReferenceLibrary:
         index = self.root / INDEX
         self.entries: list[Reference] = []
         if index.is_file():
-            self.entries = [Reference.from_json(e) for e in json.loads(index.read_text())["entries"]]
+            self.entries = _read_index(index)
+            missing = [e.id for e in self.entries if not (self.root / f"{e.id}.npz").is_file()]
+            if missing:
+                raise LibraryError(f"{index}: the motion files of {', '.join(missing)} are missing ({missing[0]}.npz)")
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -80,7 +87,7 @@ class ReferenceLibrary:
         for e in self.entries:
             if e.id == ref_id:
                 if with_motion and e.qpos is None:
-                    e.qpos = np.load(self.root / f"{ref_id}.npz")["qpos"]
+                    e.qpos = _read_motion(self.root / f"{ref_id}.npz")
                 return e
         raise KeyError(f"no reference {ref_id!r} in {self.root}; it has {[e.id for e in self.entries]}")
 
@@ -120,6 +127,37 @@ class ReferenceLibrary:
                 f"{e.made_by.split(',')[0]} |"
             )
         return "\n".join(rows)
+
+
+def _read_index(index: Path) -> list[Reference]:
+    try:
+        data = json.loads(index.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise LibraryError(f"{index}: not valid JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise LibraryError(f"{index}: expected an object with a list 'entries'")
+    entries = []
+    for i, d in enumerate(data["entries"]):
+        name = d.get("id", f"#{i}") if isinstance(d, dict) else f"#{i}"
+        try:
+            entries.append(Reference.from_json(d))
+        except (TypeError, KeyError, ValueError, AttributeError) as err:
+            raise LibraryError(f"{index}: entry {name}: {err}") from None
+    ids = [e.id for e in entries]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise LibraryError(f"{index}: the id {dupes[0]!r} appears more than once")
+    return entries
+
+
+def _read_motion(path: Path) -> np.ndarray:
+    try:
+        qpos = np.load(path)["qpos"]
+    except (OSError, KeyError, ValueError) as err:
+        raise LibraryError(f"{path}: not a motion file with an array 'qpos' ({err})") from None
+    if qpos.ndim != 2 or not np.isfinite(qpos).all():
+        raise LibraryError(f"{path}: 'qpos' must be a finite [frames, nq] array, got shape {qpos.shape}")
+    return qpos
 
 
 def _verdict(passed: bool | None) -> str:
