@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= local
 
-.PHONY: run test lint bench pictures clean-runs
+.PHONY: run test test-faults lint bench bench-faults pictures clean-runs
 
 $(STAMP): pyproject.toml constraints.txt setup.py llp/sim/_raycast.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+test-faults: $(STAMP)
+	$(BIN)/python -m pytest -q -m "fault and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check llp flows actors stages infra tests

@@ -56,7 +56,7 @@ def evaluate_on_pool(
     actors_n = max(1, min(resources.sim_actors, -(-len(trials) // envs_per_actor)))
     num_envs = min(envs_per_actor, len(trials))
     cls = ray.remote(EvaluatorWorker).options(
-        num_cpus=resources.sim_actor_cpus
+        num_cpus=resources.sim_actor_cpus, resources=resources.sim_resources, scheduling_strategy="SPREAD"
     )  # a lost actor fails the stage, whose retry redoes it
     program_ref = ray.put(program) if program is not None else None
     actors = [

@@ -32,6 +32,7 @@ class TrainingPool:
             remote = ray.remote(ColocatedWorker).options(
                 num_cpus=resources.sim_actor_cpus,
                 num_gpus=resources.learner_gpus,
+                resources=resources.learner_resources,
                 max_restarts=resources.max_restarts,
                 max_task_retries=0,
             )
@@ -41,13 +42,17 @@ class TrainingPool:
             return
         sim_cls = ray.remote(SimulatorWorker).options(
             num_cpus=resources.sim_actor_cpus,
+            resources=resources.sim_resources,
+            scheduling_strategy="SPREAD",  # on a cluster, one lost node takes as few simulators as it can
             max_restarts=resources.max_restarts,
             max_task_retries=resources.task_retries,
         )
         self.sims = [sim_cls.remote(spec, k, resources.sim_threads) for k in range(resources.sim_actors)]
         self.spaces = ray.get(self.sims[0].spaces.remote())
+        self._where = ray.get([s.where.remote() for s in self.sims])
+        self.replacements = 0
         learner_cls = ray.remote(LearnerWorker).options(
-            num_cpus=resources.learner_cpus, num_gpus=resources.learner_gpus
+            num_cpus=resources.learner_cpus, num_gpus=resources.learner_gpus, resources=resources.learner_resources
         )
         self.learner = learner_cls.remote(spec, self.spaces, len(self.sims), resources.learner_threads)
         self._weights = self.learner.weights.remote()
@@ -72,7 +77,25 @@ class TrainingPool:
         steps = self.spec.ppo.num_steps * self.num_envs
         metrics = iteration_metrics(learn, _merge(sim_metrics), steps, t1 - t0, t2 - t1)
         metrics["perf/sim_actors"] = float(len(self.sims))
+        metrics["faults/sim_replacements"] = float(self._count_replacements())
         return metrics
+
+    def _count_replacements(self) -> int:
+        """Simulator actors Ray has replaced so far (a killed process, a lost node); each is printed once."""
+        now = ray.get([s.where.remote() for s in self.sims])
+        for k, (old, new) in enumerate(zip(self._where, now)):
+            if old != new:
+                self.replacements += 1
+                moved = "the same node" if old[1] == new[1] else f"node {new[1][:8]} (was {old[1][:8]})"
+                print(f"[llp] simulator actor {k} was replaced: pid {old[0]} -> {new[0]} on {moved}", flush=True)
+        self._where = now
+        return self.replacements
+
+    def kill_simulator(self, index: int = 0) -> None:
+        """Kill one simulator actor's process as a crash would (Ray then replaces it): for fault drills."""
+        if self.mode == "colocated":
+            raise ValueError("a co-located pool has no separate simulator actor to kill")
+        ray.kill(self.sims[index], no_restart=False)
 
     def collect_only(self, actors: int | None = None) -> int:
         """Roll out once on the first ``actors`` simulator actors (all by default), in parallel, without

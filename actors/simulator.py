@@ -40,6 +40,12 @@ class HostsEnv:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> tuple[int, str]:
+        """This actor's process id and Ray node id (a replaced actor changes one or both)."""
+        import ray
+
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
 
 class SimulatorWorker(HostsEnv):
     """Hosts a ``ParkourEnv``, the student copy and the teachers; ``collect(weights)`` returns a rollout."""

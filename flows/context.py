@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,9 @@ class StageContext:
     def fault_point(self, iteration: int, trainer=None) -> None:
         """Chaos drills, each once per run (a marker in the run folder): LLP_INJECT_FAULT=<stage>@<iteration>
         crashes the stage after that iteration; <stage>@<iteration>:nan<K> makes the trainer's next K updates
-        see a NaN reward. Stages call it after every iteration, checkpointed or not."""
+        see a NaN reward; :killsim kills simulator actor 0's process (Ray replaces it); :pause<S> waits S seconds
+        (a window for outside drills: removing a node, stopping a server). Several, comma-separated, may be
+        given. Stages call it after every iteration, checkpointed or not."""
         spec = os.environ.get("LLP_INJECT_FAULT", "")
         if not spec:
             return
@@ -183,6 +186,14 @@ class StageContext:
             if kind.startswith("nan") and kind[3:].isdigit() and trainer is not None:
                 print(f"[llp] {stage}: injected fault: NaN rewards in the next {kind[3:]} updates", flush=True)
                 trainer.inject_nonfinite(int(kind[3:]))
+            elif kind == "killsim" and trainer is not None:
+                print(
+                    f"[llp] {stage}: injected fault: simulator actor 0 killed after iteration {iteration}", flush=True
+                )
+                trainer.kill_simulator(0)
+            elif kind.startswith("pause") and kind[5:].replace(".", "", 1).isdigit():
+                print(f"[llp] {stage}: injected pause of {kind[5:]} s after iteration {iteration}", flush=True)
+                time.sleep(float(kind[5:]))
             else:
                 raise InjectedFault(f"injected fault in {stage} after iteration {iteration}")
 

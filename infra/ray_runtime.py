@@ -61,13 +61,19 @@ def ray_temp_dir(log_dir: Path) -> Path:
     return short
 
 
-def check_local_ray(log_dir: Path, cpu_demand: float | None = None) -> None:
+def check_local_ray(log_dir: Path, cpu_demand: float | None = None, custom: dict | None = None) -> None:
     """Fail before any work if Ray could not serve this run: a local Ray (no RAY_ADDRESS) whose socket paths
-    would not fit, fewer CPUs here than the actors reserve, or a RAY_ADDRESS where nothing answers."""
+    would not fit, fewer CPUs here than the actors reserve, custom resources no local node declares, or a
+    RAY_ADDRESS where nothing answers."""
     address = os.environ.get("RAY_ADDRESS")
     if address:
         check_ray_address(address)
         return
+    if custom:
+        raise ValueError(
+            f"the actors ask for the custom resources {custom} (resources.sim_resources / learner_resources), "
+            "which only a cluster's nodes declare: run with --cluster ADDRESS (or RAY_ADDRESS), or drop them"
+        )
     ray_temp_dir(log_dir)
     cpus = os.cpu_count() or 1
     if cpu_demand is not None and cpu_demand > cpus + 1e-9:

@@ -48,6 +48,7 @@ def cmd_stages(args: argparse.Namespace) -> int:
 
 
 def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
+    import os
     from pathlib import Path
 
     from llp.flows.pipeline import prepare_prefect, run_pipeline
@@ -57,10 +58,12 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     # what was asked is checked first: the run's name and folder, then the stage selection
     check_run_id(run_id)
     check_run_root(cfg.run_root)
+    if args.cluster:
+        os.environ["RAY_ADDRESS"] = args.cluster
     select_stages(list(cfg.stages), args.from_stage, args.until_stage, args.force)
     run_root = Path(cfg.run_root)
     # a path Ray cannot use, more CPUs than there are, or a cluster that does not answer: fail before any work
-    check_local_ray(run_root.resolve() / run_id / "ray", cfg.resources.cpu_demand())
+    check_local_ray(run_root.resolve() / run_id / "ray", cfg.resources.cpu_demand(), cfg.resources.custom_resources())
     _check_tracking_server()
     service = prepare_prefect(run_root)
     # a server this command started, or adopted from a run that was killed, is stopped at the end
@@ -506,6 +509,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     def execution_options(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--cluster",
+            metavar="ADDRESS",
+            help="run the stages' actors on the Ray cluster whose head is at ADDRESS (HOST:PORT of its GCS; "
+            "the same as RAY_ADDRESS); this process stays the driver",
+        )
         q.add_argument("--from-stage", help="start at this stage (earlier outputs come from the registry)")
         q.add_argument("--until-stage", help="stop after this stage")
         q.add_argument("--force", action="append", default=[], metavar="STAGE", help="re-run STAGE even if cached")

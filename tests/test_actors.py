@@ -43,6 +43,7 @@ def _spec(envs=4, env=None, **parts):
     )
 
 
+@pytest.mark.fault
 def test_dead_simulator_actor_is_replaced_and_the_iteration_redone(ray_local):
     from llp.actors.pool import TrainingPool
     from llp.config.resources import ResourcesConfig

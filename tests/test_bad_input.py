@@ -22,6 +22,7 @@ CASES = [
 ]
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("setting, key, message", CASES, ids=[c[0].split("=")[0].rsplit(".", 1)[1] for c in CASES])
 def test_a_bad_value_is_named_before_anything_starts(tmp_path, llp, setting, key, message):
     root = tmp_path / "runs"
@@ -32,6 +33,7 @@ def test_a_bad_value_is_named_before_anything_starts(tmp_path, llp, setting, key
     assert not root.exists()
 
 
+@pytest.mark.fault
 def test_an_unreachable_cluster_a_missing_tracking_server_and_too_many_cpus_fail_at_once(tmp_path, llp):
     root = tmp_path / "runs"
     sets = ["--set", f"run_root={root}"]
@@ -97,6 +99,7 @@ LIBRARY_CASES = [
 ]
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("change, message", LIBRARY_CASES, ids=[c[0].__name__ for c in LIBRARY_CASES])
 def test_a_broken_reference_library_is_named_with_the_file_and_entry(tmp_path_factory, llp, change, message):
     library = _library(tmp_path_factory.getbasetemp() / "libraries", change, llp)
@@ -135,6 +138,7 @@ def cli_cases(tmp):
     ]
 
 
+@pytest.mark.fault
 def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path, llp):
     old = tmp_path / "old" / "20261201-010203-abcd"  # a run from before, so `resume nosuch` can list it
     old.mkdir(parents=True)

@@ -116,6 +116,7 @@ def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
     assert len({v.version for v in versions if v.tags.get("llp.pipeline_run") in ("e2e", "e2e-rerun")}) == 1
 
 
+@pytest.mark.fault
 def test_no_credential_reaches_params_tags_or_artifacts(services, smoke_run, tmp_path):
     import mlflow
 
@@ -134,6 +135,7 @@ def test_no_credential_reaches_params_tags_or_artifacts(services, smoke_run, tmp
         assert SECRET not in json.dumps(version.tags)
 
 
+@pytest.mark.fault
 def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path, llp):
     env = {**services["env"], "LLP_INJECT_FAULT": "evaluate@0"}
     sets = [
@@ -162,6 +164,7 @@ def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path
     assert book["stages"]["evaluate"]["state"] == "completed"
 
 
+@pytest.mark.fault
 def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path, llp):
     # the crash comes after iteration 2, which no checkpoint covers yet: it is redone and logged once
     env = {**services["env"], "LLP_INJECT_FAULT": "locomotion_teacher@2"}
@@ -191,6 +194,7 @@ def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path,
     assert "(resumed)" in result.stdout
 
 
+@pytest.mark.fault
 def test_nan_rewards_mid_stage_are_undone_and_training_finishes(services, tmp_path, llp):
     # after iteration 1 the learner's next two updates see a NaN reward: each is undone, the rate is halved
     env = {**services["env"], "LLP_INJECT_FAULT": "locomotion_teacher@1:nan2"}
@@ -285,6 +289,7 @@ def test_llp_evaluate_reports_one_outcome_per_trial_beside_the_stand_still_basel
     assert missing.returncode == 2 and "no registered model 'llp-no-such-model'" in missing.stderr
 
 
+@pytest.mark.fault
 def test_a_corrupted_policy_file_is_refused_by_version_and_file_before_any_work(services, smoke_run, llp):
     import boto3
 
@@ -340,6 +345,7 @@ def test_a_dataset_round_trips_through_the_bus_with_lineage_tags(services, tmp_p
 OUTAGE_ITERATIONS = 1500  # smoke iterations: long enough to span the outage and run on after it
 
 
+@pytest.mark.fault
 def test_training_goes_on_while_the_tracking_server_is_down_and_its_metrics_arrive_after(services, tmp_path):
     """The MLflow server goes away for 30 s mid-stage: training does not stop, the stage is not retried, and
     every iteration's metrics and every checkpoint reach the server once it is back, each exactly once."""

@@ -146,6 +146,7 @@ def test_llp_ui_shows_the_flow_run_and_the_mlflow_runs_of_a_finished_run(local_r
     assert not healthy(ui.urls["MLflow"].split("/#/")[0] + "/health")  # ... and `llp ui` stopped what it started
 
 
+@pytest.mark.fault
 def test_a_killed_run_is_crashed_in_the_ledger_mlflow_and_prefect(local_run, tmp_path):
     root = local_run["root"]
     env = local_env()
@@ -251,6 +252,7 @@ def test_the_evaluation_logs_a_video_per_tile_type(local_run):
     assert names == sorted(f"{t}_level1.mp4" for t in ("flat", "rough", "stairs_up", "stairs_down")), names
 
 
+@pytest.mark.fault
 def test_sigterm_ends_a_run_as_interrupted_with_status_143_and_a_resume_hint(local_run):
     root = local_run["root"]
     proc = subprocess.Popen(

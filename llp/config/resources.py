@@ -25,6 +25,14 @@ class ResourcesConfig:
     learner_threads: int = field(
         default=1, doc="Torch threads of the learner (simulators idle while it updates, so it may use their cores)."
     )
+    sim_resources: dict[str, float] = field(
+        default_factory=dict,
+        doc="Ray custom resources each simulator actor needs, to place it on chosen nodes of a cluster "
+        "(e.g. {cpu_sim_node: 1}; the node declares them with `ray start --resources`).",
+    )
+    learner_resources: dict[str, float] = field(
+        default_factory=dict, doc="Ray custom resources the learner (or co-located) actor needs (e.g. {head: 1})."
+    )
     max_restarts: int = field(default=3, doc="Times Ray replaces a dead simulator actor.")
     task_retries: int = field(default=2, doc="Times a rollout call is retried on a replaced actor.")
 
@@ -34,7 +42,22 @@ class ResourcesConfig:
         check(self.learner_cpus >= 0, f"{path}.learner_cpus", "must be >= 0")
         check(self.sim_threads >= 1, f"{path}.sim_threads", "must be >= 1")
         check(self.learner_threads >= 1, f"{path}.learner_threads", "must be >= 1")
+        for name, table in (("sim_resources", self.sim_resources), ("learner_resources", self.learner_resources)):
+            for key, amount in table.items():
+                check(amount > 0, f"{path}.{name}.{key}", "must be positive")
+                check(key not in ("CPU", "GPU", "memory"), f"{path}.{name}.{key}",
+                      "CPUs and GPUs have their own settings (sim_actor_cpus, learner_cpus, learner_gpus)")  # fmt: skip
         check(self.max_restarts >= 0 and self.task_retries >= 0, f"{path}.max_restarts", "must be >= 0")
+
+    def custom_resources(self) -> dict[str, float]:
+        """Custom resources the stage's actors ask for at once (only a cluster's nodes declare them)."""
+        total: dict[str, float] = {}
+        parts = [(self.learner_resources, 1)] if self.mode == "colocated" else [
+            (self.sim_resources, self.sim_actors), (self.learner_resources, 1)]  # fmt: skip
+        for resources, count in parts:
+            for name, amount in resources.items():
+                total[name] = total.get(name, 0.0) + amount * count
+        return total
 
     def cpu_demand(self) -> float:
         """CPUs a training stage's actors reserve at once (Ray waits forever for CPUs that never come)."""
