@@ -47,8 +47,8 @@ class StageContext:
         from mlflow import MlflowClient
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        batch = [Metric(_metric_key(k), float(v), now, step) for k, v in metrics.items() if _finite(v)]
+        now = int(metrics.get(MEASURED_AT, time.time() * 1000))
+        batch = [Metric(_metric_key(k), float(v), now, step) for k, v in metrics.items() if _kept(k, v)]
         MlflowClient().log_batch(self.mlflow_run_id, metrics=batch)
         self.metrics_logged += len(batch)
 
@@ -62,7 +62,8 @@ class StageContext:
 
         now, batch, count = int(time.time() * 1000), [], 0
         for step, metrics in steps:
-            values = [Metric(_metric_key(k), float(v), now, step) for k, v in metrics.items() if _finite(v)]
+            at = int(metrics.get(MEASURED_AT, now))
+            values = [Metric(_metric_key(k), float(v), at, step) for k, v in metrics.items() if _kept(k, v)]
             if batch and len(batch) + len(values) > limit:
                 break
             batch += values
@@ -73,8 +74,9 @@ class StageContext:
 
     def log_iteration(self, metrics: dict[str, float], step: int) -> None:
         """One training iteration's metrics, sent to MLflow with the next checkpoint: a stage that crashes
-        redoes the iterations after its last checkpoint, and each iteration is then logged exactly once."""
-        self.pending.append((step, metrics))
+        redoes the iterations after its last checkpoint, and each iteration is then logged exactly once.
+        Its MLflow timestamp is when the iteration ended, however late the metrics arrive."""
+        self.pending.append((step, {**metrics, MEASURED_AT: time.time() * 1000}))
         undone = metrics.get("faults/nonfinite_updates", 0.0)
         if undone > self.extra.get("nonfinite_updates", 0.0):
             self.extra["nonfinite_updates"] = undone
@@ -165,6 +167,7 @@ class StageContext:
         if path is None:
             return 0, []
         state = trainer.load(str(path))
+        print(f"[llp] {self.stage}: continues after the checkpoint of iteration {state['iteration']}", flush=True)
         return state["iteration"] + 1, list(state["history"])
 
     def fault_point(self, iteration: int, trainer=None) -> None:
@@ -195,6 +198,7 @@ class StageContext:
                 print(f"[llp] {stage}: injected pause of {kind[5:]} s after iteration {iteration}", flush=True)
                 time.sleep(float(kind[5:]))
             else:
+                print(f"[llp] {stage}: injected fault: the stage crashes after iteration {iteration}", flush=True)
                 raise InjectedFault(f"injected fault in {stage} after iteration {iteration}")
 
     # ---------------------------------------------------------------- models
@@ -326,6 +330,13 @@ class CheckpointUploads:
 
 def _metric_key(key: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in key)
+
+
+MEASURED_AT = "_measured_at_ms"  # carried with an iteration's metrics until they are sent, not a metric
+
+
+def _kept(key: str, value: Any) -> bool:
+    return key != MEASURED_AT and _finite(value)
 
 
 def _finite(value: Any) -> bool:

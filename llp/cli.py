@@ -316,6 +316,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from llp.bench.rllib import run
 
         result = run(iterations=args.iterations, num_envs=args.num_envs)
+    elif args.what == "faults":
+        from llp.bench.faults import run
+
+        result = run(args.scenario or None)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for name, r in result["scenarios"].items():
+                verdict = "recovered" if r["recovered"] else "NOT RECOVERED"
+                print(f"{name:<17} {verdict:<14} recovery {r['recovery_s']} s, iterations lost "
+                      f"{r['iterations_lost']}  ({r['detail']})")  # fmt: skip
+        return 0 if result["all_recovered"] else 1
     else:
         from llp.bench.pipeline import run
 
@@ -570,12 +582,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_evaluate)
 
     b = sub.add_parser("bench", help="measure throughput (last line: one JSON object with --json)")
-    b.add_argument("what", choices=["sim", "learner", "rllib", "pipeline"])
+    b.add_argument("what", choices=["sim", "learner", "rllib", "pipeline", "faults"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--robot", default="lightbot0_like", help="sim: robot config name (conf/robot/)")
     b.add_argument("--num-envs", type=int, default=64)
     b.add_argument("--steps", type=int, default=200, help="sim: policy steps per measurement")
     b.add_argument("--iterations", type=int, default=6, help="rllib: training iterations per library")
+    b.add_argument("--scenario", action="append", metavar="NAME",
+                   help="faults: run only this scenario (repeatable; default: all)")  # fmt: skip
     b.set_defaults(fn=cmd_bench)
 
     v = sub.add_parser("play", help="render a video (MP4, optionally GIF) of a policy walking on one tile")

@@ -133,6 +133,19 @@ def test_no_credential_reaches_params_tags_or_artifacts(services, smoke_run, tmp
                 assert SECRET.encode() not in path.read_bytes(), path
     for version in client.search_model_versions("name='llp-locomotion-teacher'"):
         assert SECRET not in json.dumps(version.tags)
+    # log lines: what the runs printed, and every file they and the servers wrote (ledgers, configs, Ray's and
+    # the servers' logs)
+    for result in (smoke_run["first"], smoke_run["second"]):
+        assert SECRET not in result.stdout + result.stderr
+    scanned = []
+    for folder in (smoke_run["root"], services["root"]):
+        for parent, _, files in os.walk(folder, followlinks=True):  # the run's ray/ may link to Ray's temp dir
+            for name in files:
+                path = Path(parent) / name
+                if path.is_file() and path.stat().st_size < 50_000_000:
+                    assert SECRET.encode() not in path.read_bytes(), path
+                    scanned.append(name)
+    assert "ledger.json" in scanned and any(n.startswith("raylet") for n in scanned), sorted(scanned)[:50]
 
 
 @pytest.mark.fault
@@ -410,8 +423,9 @@ def test_training_goes_on_while_the_tracking_server_is_down_and_its_metrics_arri
         server.stop()
 
 
-def test_mlflow_runs_on_a_postgresql_backend_store(tmp_path):
-    """The cluster shape of the tracking server: PostgreSQL (Debian's server, started here) behind `mlflow server`."""
+def test_the_smoke_pipeline_runs_on_mlflow_with_postgresql_and_s3(services, tmp_path, llp):
+    """The cluster shape of the tracking server, as infra/README.md sets it up: `mlflow server` with a PostgreSQL
+    backend store (Debian's server, started here) and the S3 artifact store; the whole smoke pipeline runs on it."""
     import shutil
 
     from mlflow import MlflowClient
@@ -420,15 +434,28 @@ def test_mlflow_runs_on_a_postgresql_backend_store(tmp_path):
 
     if not shutil.which("pg_ctl") and not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    s3_env = {k: v for k, v in services["env"].items() if k.startswith(("AWS_", "MLFLOW_S3"))}
     pg = start_postgres(tmp_path / "pg")
     try:
-        server = start_mlflow(tmp_path / "mlflow" / "unused.db", str(tmp_path / "artifacts"), backend_uri=pg.url)
+        unused = tmp_path / "mlflow" / "unused.db"
+        server = start_mlflow(unused, f"s3://{BUCKET}/pg-artifacts", backend_uri=pg.url, env_extra=s3_env)
         try:
+            env = {**services["env"], "MLFLOW_TRACKING_URI": server.url}
+            result = llp("run", *SMOKE, "--set", f"run_root={tmp_path / 'runs'}", "--run-id", "pg", env=env)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             client = MlflowClient(server.url)
-            run = client.create_run(client.create_experiment("pg"))
-            client.log_metric(run.info.run_id, "m", 2.5, step=3)
-            assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "m")] == [(3, 2.5)]
-            assert not (tmp_path / "mlflow" / "unused.db").exists()  # the runs live in PostgreSQL
+            version = client.get_model_version_by_alias("llp-locomotion-teacher", "run-pg")
+            assert version.tags.get("llp.sha256")  # registered with its file digests
+            import boto3
+
+            s3 = boto3.client("s3", endpoint_url=services["s3"].url, region_name="us-east-1")
+            keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="pg-artifacts/").get("Contents", [])]
+            assert any(k.endswith(".pt2") for k in keys), keys[:20]  # the policy went to the S3 artifact store
+            teacher = ledger(tmp_path / "runs", "pg")["stages"]["locomotion_teacher"]
+            steps = sorted(m.step for m in client.get_metric_history(teacher["mlflow_run"], "perf/env_steps"))
+            assert steps == list(range(4))
+            assert ledger(tmp_path / "runs", "pg")["stages"]["evaluate"]["state"] == "completed"
+            assert not unused.exists()  # the runs live in PostgreSQL
         finally:
             server.stop()
     finally:
