@@ -41,6 +41,9 @@ bench: $(STAMP)
 	$(BIN)/llp bench rllib --json
 	$(BIN)/llp bench pipeline --json
 
+bench-faults: $(STAMP)
+	$(BIN)/llp bench faults --json
+
 pictures: $(STAMP)
 	$(BIN)/llp render terrain --out docs/terrain.png
 	$(BIN)/llp render depth --tile-type climb --out docs/depth_climb.png

@@ -208,6 +208,45 @@ def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path,
 
 
 @pytest.mark.fault
+def test_a_driver_killed_mid_stage_resumes_after_its_last_checkpoint(services, tmp_path, llp):
+    """SIGKILL of `llp run` (and its local Ray) after iteration 4 with a checkpoint every 2: `llp resume` continues
+    after the checkpoint of iteration 3, so one iteration is redone, and every iteration is logged once."""
+    import signal
+    import subprocess
+
+    from tests.conftest import BIN, ROOT
+
+    env = {**os.environ, **services["env"], "PYTHONUNBUFFERED": "1", "LLP_INJECT_FAULT": "locomotion_teacher@4:pause60"}
+    teacher = "stages.locomotion_teacher"
+    sets = [f"run_root={tmp_path}", f"{teacher}.iterations=8", f"{teacher}.checkpoint_every=2"]
+    args = [*SMOKE, *[a for s in sets for a in ("--set", s)], "--until-stage", "locomotion_teacher"]
+    args += ["--run-id", "killed"]
+    proc = subprocess.Popen([str(BIN / "llp"), "run", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "injected pause" in line:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+    resumed = llp("resume", "killed", "--run-root", str(tmp_path), "--until-stage", "locomotion_teacher",
+                  env={"LLP_INJECT_FAULT": "", **services["env"]})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "continues after the checkpoint of iteration 3" in resumed.stdout
+    stage = ledger(tmp_path, "killed")["stages"]["locomotion_teacher"]
+    assert stage["state"] == "completed"
+    client = mlflow_client(services)
+    steps = sorted(m.step for m in client.get_metric_history(stage["mlflow_run"], "perf/env_steps"))
+    assert steps == list(range(8))  # the redone iteration 4 is logged once
+
+
+@pytest.mark.fault
 def test_nan_rewards_mid_stage_are_undone_and_training_finishes(services, tmp_path, llp):
     # after iteration 1 the learner's next two updates see a NaN reward: each is undone, the rate is halved
     env = {**services["env"], "LLP_INJECT_FAULT": "locomotion_teacher@1:nan2"}
