@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,11 +26,17 @@ class HoldsLearner:
     def weights(self) -> dict:
         return self.learner.weights()
 
-    def save(self, path: str, iteration: int, history: list) -> str:
-        return self.learner.save(path, iteration, history)
+    def checkpoint_bytes(self, iteration: int, history: list) -> bytes:
+        """The full training state as one checkpoint file's bytes: the driver writes it where it keeps
+        checkpoints, which need not be this actor's machine."""
+        with tempfile.TemporaryDirectory() as tmp:
+            return Path(self.learner.save(str(Path(tmp) / "ckpt.pt"), iteration, history)).read_bytes()
 
-    def load(self, path: str) -> dict:
-        return self.learner.load(path)
+    def load_bytes(self, data: bytes) -> dict:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "ckpt.pt"
+            path.write_bytes(data)
+            return self.learner.load(str(path))
 
     def actor_state(self) -> dict:
         return self.learner.actor.state_dict()
@@ -42,9 +51,27 @@ class LearnerWorker(HoldsLearner):
 
     def __init__(self, spec: TrainSpec, spaces: dict, num_sims: int, threads: int = 1):
         torch.set_num_threads(threads)
-        torch.manual_seed(spec.seed)
+        torch.manual_seed(spec.seed)  # data-parallel learners start from the same networks
         groups = teacher_groups(spec, np.tile(spaces["columns"], num_sims))
         self.learner = build_learner(spec, spaces["obs_dims"], spaces["num_actions"], groups)
+
+    def rendezvous(self) -> str:
+        """Rank 0's ``tcp://HOST:PORT`` for the learners' process group (a free port on this node)."""
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return f"tcp://{host}:{port}"
+
+    def join(self, rank: int, world_size: int, address: str) -> int:
+        """Enter the process group of the stage's data-parallel learners (all call this at once)."""
+        from llp.learn import distributed
+
+        on_gpu = next(self.learner.actor.parameters()).is_cuda
+        distributed.init(rank, world_size, address, "nccl" if on_gpu else "gloo")
+        return rank
 
     def update(self, *rollouts: Rollout) -> tuple[dict, dict]:
         """One learning step; returns (metrics, weights)."""

@@ -10,7 +10,9 @@ and its ``collect`` call re-run on the replacement with the same weights
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import ray
 
@@ -38,7 +40,7 @@ class TrainingPool:
             )
             self.colocated = remote.remote(spec, resources.sim_threads, resources.learner_threads)
             self.spaces = ray.get(self.colocated.spaces.remote())
-            self.sims, self.learner = [], None
+            self.sims, self.learner, self.learners = [], None, []
             return
         sim_cls = ray.remote(SimulatorWorker).options(
             num_cpus=resources.sim_actor_cpus,
@@ -54,7 +56,20 @@ class TrainingPool:
         learner_cls = ray.remote(LearnerWorker).options(
             num_cpus=resources.learner_cpus, num_gpus=resources.learner_gpus, resources=resources.learner_resources
         )
-        self.learner = learner_cls.remote(spec, self.spaces, len(self.sims), resources.learner_threads)
+        n = resources.learners
+        if n > 1 and spec.amp is not None:
+            raise ValueError(
+                "resources.learners > 1 with an AMP prior: the discriminators' per-phase batches differ between "
+                "learners, so their updates cannot be averaged step by step yet; use one learner"
+            )
+        # data-parallel learners: each takes the rollouts of len(sims) / n simulator actors
+        self.learners = [
+            learner_cls.remote(spec, self.spaces, len(self.sims) // n, resources.learner_threads) for _ in range(n)
+        ]
+        self.learner = self.learners[0]  # rank 0: its weights go to the simulators, its state to checkpoints
+        if n > 1:
+            address = ray.get(self.learner.rendezvous.remote())
+            ray.get([learner.join.remote(rank, n, address) for rank, learner in enumerate(self.learners)])
         self._weights = self.learner.weights.remote()
 
     @property
@@ -71,8 +86,14 @@ class TrainingPool:
         results = [sim.collect.options(num_returns=2).remote(self._weights) for sim in self.sims]
         sim_metrics = ray.get([r[1] for r in results])
         t1 = time.perf_counter()
-        learn_ref, self._weights = self.learner.update.options(num_returns=2).remote(*[r[0] for r in results])
-        learn = ray.get(learn_ref)
+        rollouts, share = [r[0] for r in results], len(self.sims) // len(self.learners)
+        updates = [
+            learner.update.options(num_returns=2).remote(*rollouts[k * share : (k + 1) * share])
+            for k, learner in enumerate(self.learners)
+        ]
+        learn = ray.get(updates[0][0])
+        ray.get([u[0] for u in updates[1:]])  # every learner took the same step (or raised the same error)
+        self._weights = updates[0][1]
         t2 = time.perf_counter()
         steps = self.spec.ppo.num_steps * self.num_envs
         metrics = iteration_metrics(learn, _merge(sim_metrics), steps, t1 - t0, t2 - t1)
@@ -106,13 +127,23 @@ class TrainingPool:
         return self.spec.ppo.num_steps * self.spaces["num_envs"] * len(chosen)
 
     def save(self, path: str, iteration: int, history: list) -> str:
-        return ray.get(self._holder().save.remote(path, iteration, history))
+        """The training state as a checkpoint file at ``path`` on this (the driver's) machine, written whole."""
+        data = ray.get(self._holder().checkpoint_bytes.remote(iteration, history))
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        return str(target)
 
     def load(self, path: str) -> dict:
-        state = ray.get(self._holder().load.remote(path))
+        """Restore every learner from the checkpoint file at ``path`` on this machine."""
+        data = Path(path).read_bytes()
+        holders = [self.colocated] if self.mode == "colocated" else self.learners
+        states = ray.get([h.load_bytes.remote(data) for h in holders])
         if self.mode != "colocated":
             self._weights = self.learner.weights.remote()
-        return state
+        return states[0]
 
     def actor_state(self) -> dict:
         return ray.get(self._holder().actor_state.remote())
@@ -129,7 +160,7 @@ class TrainingPool:
         return self.colocated if self.mode == "colocated" else self.learner
 
     def close(self) -> None:
-        for actor in [*self.sims, self._holder()]:
+        for actor in [*self.sims, *([self.colocated] if self.mode == "colocated" else self.learners)]:
             ray.kill(actor)
 
 

@@ -62,6 +62,45 @@ def test_dead_simulator_actor_is_replaced_and_the_iteration_redone(ray_local):
         pool.close()
 
 
+def test_two_data_parallel_learners_average_their_gradients_and_stay_identical(ray_local, tmp_path):
+    """Each learner learns from a different simulator's rollout; only averaged gradients (and agreed learning
+    rates and normaliser statistics) keep their networks equal, and a checkpoint restores both."""
+    import ray
+    import torch
+
+    from llp.actors.pool import TrainingPool
+    from llp.config.resources import ResourcesConfig
+    from llp.learn.configs import PPOConfig
+
+    spec = _spec(ppo=PPOConfig(num_steps=4, num_epochs=2, num_minibatches=2, schedule="adaptive"))
+    pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.4, learners=2, learner_cpus=0.1), spec)
+    try:
+        start = {k: v.clone() for k, v in ray.get(pool.learners[0].actor_state.remote()).items()}
+        for _ in range(3):
+            metrics = pool.iteration()
+        assert metrics["perf/env_steps"] == 2 * 4 * 4 and "loss/surrogate" in metrics
+        first, second = ray.get([learner.actor_state.remote() for learner in pool.learners])
+        assert first.keys() == second.keys()
+        for name in first:
+            assert torch.equal(first[name], second[name]), name  # identical copies, normalisers included
+        assert any(not torch.equal(start[k], first[k]) for k in first)  # and they learned
+        path = pool.save(str(tmp_path / "dp.pt"), 2, [])
+        pool.iteration()
+        assert pool.load(path)["iteration"] == 2
+        first, second = ray.get([learner.actor_state.remote() for learner in pool.learners])
+        assert all(torch.equal(first[k], second[k]) for k in first)
+    finally:
+        pool.close()
+
+
+def test_learners_must_divide_the_simulators():
+    from llp.config.resources import ResourcesConfig
+    from llp.config.schema import ConfigError
+
+    with pytest.raises(ConfigError, match="must divide sim_actors"):
+        ResourcesConfig(sim_actors=3, learners=2).validate("resources")
+
+
 def test_colocated_layout_trains_in_one_actor(ray_local):
     from llp.actors.pool import TrainingPool
     from llp.config.resources import ResourcesConfig

@@ -22,6 +22,13 @@ class ResourcesConfig:
     sim_threads: int = field(default=1, doc="MuJoCo batch threads inside each simulator actor.")
     learner_cpus: float = field(default=0.1, doc="CPUs reserved for the learner actor.")
     learner_gpus: float = field(default=0.0, doc="GPUs reserved for the learner (or the co-located actor).")
+    learners: int = field(
+        default=1,
+        doc="Learner actors training the policy data-parallel (decoupled mode): each takes the rollouts of "
+        "sim_actors / learners simulators, and torch.distributed averages their gradients every step "
+        "(NCCL on GPUs, Gloo on CPUs). One per GPU; learner_cpus, learner_gpus and learner_resources are "
+        "per learner.",
+    )
     learner_threads: int = field(
         default=1, doc="Torch threads of the learner (simulators idle while it updates, so it may use their cores)."
     )
@@ -41,6 +48,12 @@ class ResourcesConfig:
         check(self.sim_actor_cpus > 0, f"{path}.sim_actor_cpus", "must be positive")
         check(self.learner_cpus >= 0, f"{path}.learner_cpus", "must be >= 0")
         check(self.sim_threads >= 1, f"{path}.sim_threads", "must be >= 1")
+        check(self.learners >= 1, f"{path}.learners", "must be >= 1")
+        check(self.sim_actors % self.learners == 0, f"{path}.learners",
+              f"must divide sim_actors ({self.sim_actors}): each learner takes the same number of simulators' "
+              "rollouts, so that all take the same number of steps")  # fmt: skip
+        check(self.learners == 1 or self.mode == "decoupled", f"{path}.learners",
+              "data-parallel learners need mode: decoupled")  # fmt: skip
         check(self.learner_threads >= 1, f"{path}.learner_threads", "must be >= 1")
         for name, table in (("sim_resources", self.sim_resources), ("learner_resources", self.learner_resources)):
             for key, amount in table.items():
@@ -53,7 +66,7 @@ class ResourcesConfig:
         """Custom resources the stage's actors ask for at once (only a cluster's nodes declare them)."""
         total: dict[str, float] = {}
         parts = [(self.learner_resources, 1)] if self.mode == "colocated" else [
-            (self.sim_resources, self.sim_actors), (self.learner_resources, 1)]  # fmt: skip
+            (self.sim_resources, self.sim_actors), (self.learner_resources, self.learners)]  # fmt: skip
         for resources, count in parts:
             for name, amount in resources.items():
                 total[name] = total.get(name, 0.0) + amount * count
@@ -63,4 +76,4 @@ class ResourcesConfig:
         """CPUs a training stage's actors reserve at once (Ray waits forever for CPUs that never come)."""
         if self.mode == "colocated":
             return self.sim_actor_cpus
-        return self.sim_actors * self.sim_actor_cpus + self.learner_cpus
+        return self.sim_actors * self.sim_actor_cpus + self.learners * self.learner_cpus

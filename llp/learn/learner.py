@@ -15,6 +15,7 @@ import time
 import numpy as np
 import torch
 
+from llp.learn import distributed
 from llp.learn.amp import AMP
 from llp.learn.checkpoint import load_checkpoint, save_checkpoint
 from llp.learn.models import Actor, Critic, parse_refs, term_width
@@ -54,6 +55,8 @@ class Learner:
             rollout.rewards[0, 0, 0] = float("nan")
         metrics = self._update(rollout)
         bad = sorted(k for k, v in metrics.items() if not math.isfinite(v)) + self._nonfinite_parameters()
+        if distributed.any_true(bool(bad)) and not bad:  # another data-parallel learner's update went bad
+            bad = ["another learner's update"]
         if not bad:
             self.nonfinite_streak = 0
             metrics["faults/nonfinite_updates"] = float(self.nonfinite_updates)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from llp.learn import distributed
 from llp.learn.configs import PPOConfig
 from llp.learn.dagger import dagger_loss, sample_weights
 from llp.learn.gae import combine_advantages, gae
@@ -38,6 +39,7 @@ class PPO:
         self.actor, self.critic, self.cfg = actor, critic, cfg
         params = list(actor.parameters()) + (list(critic.parameters()) if critic is not None else [])
         self.optimizer = torch.optim.Adam(params, lr=cfg.learning_rate)
+        self._parameters = params
         self.learning_rate = cfg.learning_rate
         self.env_groups = env_groups  # [N] expert group of each env (DAgger weights)
         self._stacked: torch.Tensor | None = None
@@ -140,6 +142,7 @@ class PPO:
                 loss = losses.pop("loss")
                 self.optimizer.zero_grad()
                 loss.backward()
+                distributed.average_gradients(self._parameters)  # data-parallel learners: one step for all
                 nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
                 if self.critic is not None:
                     nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
@@ -189,7 +192,7 @@ class PPO:
                     .sum(-1)
                     .mean()
                 )
-                self._adapt_lr(float(kl))
+                self._adapt_lr(distributed.mean(float(kl)))
             ratio = torch.exp(log_prob - ro.log_probs[t, e])
             adv = advantages[t, e]
             surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
