@@ -246,6 +246,8 @@ def run_pipeline(
             if cached:
                 entry.update(started=started, cached_from=result.get("pipeline_run"))
             ledger.stage_update(name, **entry)
+            if entry["mlflow_run"]:  # `llp compare` finds each stage's run, cached or not, from the pipeline run
+                client.set_tag(parent_id, f"llp.stage_run.{name}", entry["mlflow_run"])
             verb = "cached (skipped)" if cached else "completed"
             shown = ", ".join(f"{k}={v}" for k, v in outputs[name].items()) or "no model outputs"
             print(f"[llp] {name}: {verb}; {shown}", file=stream, flush=True)

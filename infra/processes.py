@@ -27,3 +27,16 @@ def process_alive(record: dict | None) -> bool | None:
         return None
     ticks = start_ticks(int(record["pid"]))
     return ticks is not None and ticks == record.get("start_ticks")
+
+
+SIGTERM_RECEIVED = False  # set by exit_on_sigterm: however the exception travels, the exit status stays 143
+
+
+def exit_on_sigterm(signum=None, frame=None) -> None:
+    """SIGTERM handler of `llp` commands: remember it, then exit with the shell's 128 + 15 (servers this command
+    started are stopped and its run is marked interrupted on the way out)."""
+    import sys
+
+    global SIGTERM_RECEIVED
+    SIGTERM_RECEIVED = True
+    sys.exit(143)

@@ -152,11 +152,12 @@ def init_ray(log_dir: Path, num_cpus: float | None = None) -> str:
 def _exit_143_on_sigterm() -> None:
     """ray.init makes SIGTERM exit with status 15; the shell's convention (and `llp run`'s) is 128 + 15."""
     import signal
-    import sys
     import threading
 
+    from llp.infra.processes import exit_on_sigterm
+
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        signal.signal(signal.SIGTERM, exit_on_sigterm)
 
 
 def shutdown_ray() -> None:

@@ -77,6 +77,10 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, SystemExit) as err:  # Ctrl-C or SIGTERM: the ledger and MLflow already say so
         code = 130 if isinstance(err, KeyboardInterrupt) else (err.code if isinstance(err.code, int) else 1)
         code = 143 if code == 15 else code  # Ray's handler exits with the bare signal number
+        from llp.infra import processes
+
+        if processes.SIGTERM_RECEIVED:  # whatever a library made of the exception on its way up
+            code = 143
         print(f"\nllp: pipeline run {run_id} interrupted; `llp resume {run_id}` continues it", file=sys.stderr)
         return code
     finally:
@@ -117,6 +121,57 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _load(args)  # validates everything before any Ray, Prefect or MLflow state exists
     return _execute(cfg, args.run_id or new_run_id(), args)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Pipeline runs side by side from MLflow: Markdown and HTML with plots, logged as a comparison run."""
+    import os
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    from llp.evaluation.compare import collect, find_runs, log_comparison, write_report
+
+    _check_tracking_server()
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        store = Path(args.run_root) / "mlflow.db"
+        if not store.is_file():
+            raise ValueError(f"no MLFLOW_TRACKING_URI and no local MLflow store at {store}: set one or --run-root")
+        uri = f"sqlite:///{store.resolve()}"
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(uri)
+    runs = find_runs(client, args.experiment, args.runs)
+    out = Path(args.out or Path(args.run_root) / "compare" / time.strftime("%Y%m%d-%H%M%S"))
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [collect(client, run, Path(tmp)) for run in runs]
+    missing = [r.run_id for r in results if r.report is None]
+    if len(missing) == len(results):
+        raise ValueError(f"none of {', '.join(missing)} has an evaluation report (run its evaluate stage first)")
+    paths = write_report(results, out)
+    comparison = log_comparison(client, args.experiment, results, out)
+    print(paths["markdown"].read_text().split("## Learning curves")[0].rstrip())
+    if missing:
+        print(f"\n(no evaluation report yet: {', '.join(missing)})")
+    print(f"\nreport: {paths['html']} and {paths['markdown']}; MLflow comparison run {comparison} (artifacts: report/)")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Send `llp run` to a Ray cluster's job server; the driver runs on the head."""
+    from llp.flows.pipeline import new_run_id
+    from llp.flows.run_request import check_run_id, select_stages
+    from llp.flows.submit import entrypoint, passed_env, submit
+
+    cfg = _load(args)  # the same checks as `llp run`, here, before anything is sent
+    run_id = check_run_id(args.run_id or new_run_id())
+    select_stages(list(cfg.stages), None, args.until_stage, args.force)
+    env = passed_env(args.env)
+    command = entrypoint(args.profile, args.set, run_id, args.until_stage, args.force)
+    return submit(args.address, command, run_id, env, args.follow)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -542,6 +597,26 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--run-id", help="name of the run (default: a timestamp)")
     q.set_defaults(fn=cmd_run)
 
+    q = sub.add_parser("submit", help="send a pipeline run to a Ray cluster as a Ray job (the driver runs on its head)")
+    pipeline_options(q)
+    q.add_argument("--address", default="http://127.0.0.1:8265",
+                   help="the Ray job server (the dashboard address) of the cluster")  # fmt: skip
+    q.add_argument("--run-id", help="name of the run (default: a timestamp)")
+    q.add_argument("--until-stage", help="stop after this stage")
+    q.add_argument("--force", action="append", default=[], metavar="STAGE", help="re-run STAGE even if cached")
+    q.add_argument("--env", action="append", default=[], metavar="NAME",
+                   help="pass this variable to the job (no credentials), e.g. MLFLOW_TRACKING_URI")  # fmt: skip
+    q.add_argument("--follow", action="store_true", help="stream the job's output; exit with its status")
+    q.set_defaults(fn=cmd_submit)
+
+    q = sub.add_parser("compare", help="pipeline runs side by side from MLflow (tables, plots, the paper's numbers)")
+    q.add_argument("runs", nargs="+", metavar="RUN_OR_TAG",
+                   help="a pipeline run id, or KEY=VALUE of a tag (e.g. llp.ablation=paper_rewards)")  # fmt: skip
+    q.add_argument("--run-root", default="runs", help="for the local MLflow store when MLFLOW_TRACKING_URI is unset")
+    q.add_argument("--experiment", default="llp", help="MLflow experiment")
+    q.add_argument("--out", help="report folder (default runs/compare/<time>)")
+    q.set_defaults(fn=cmd_compare)
+
     q = sub.add_parser("resume", help="continue a pipeline run from its first unfinished stage")
     q.add_argument("run", help="run id (a folder under runs/)")
     q.add_argument("--run-root", default="runs")
@@ -633,7 +708,9 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     # a terminated `llp run` still stops the servers it started and marks its run failed
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from llp.infra.processes import exit_on_sigterm
+
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     args = build_parser().parse_args(argv)
     from llp.config.schema import ConfigError
 
@@ -643,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llp: config error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
-        if args.command in ("run", "resume", "evaluate", "seeds", "refs", "play", "render"):
+        if args.command in ("run", "resume", "submit", "compare", "evaluate", "seeds", "refs", "play", "render"):
             print(f"llp: {err}", file=sys.stderr)
             return 2
         raise

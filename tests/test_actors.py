@@ -62,6 +62,37 @@ def test_dead_simulator_actor_is_replaced_and_the_iteration_redone(ray_local):
         pool.close()
 
 
+@pytest.mark.fault
+def test_a_simulator_killed_mid_rollout_is_replaced_and_only_that_rollout_is_redone(ray_local):
+    import threading
+    import time
+
+    from llp.actors.pool import TrainingPool
+    from llp.config.resources import ResourcesConfig
+    from llp.learn.configs import PPOConfig
+
+    spec = _spec(ppo=PPOConfig(num_steps=200, num_epochs=1, num_minibatches=1))  # a rollout long enough to hit
+    pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.5), spec)
+    try:
+        pool.iteration()
+        before = pool.sim_pids()
+        t0 = time.perf_counter()
+        pool.iteration()
+        rollout_s = time.perf_counter() - t0
+        out = {}
+        worker = threading.Thread(target=lambda: out.update(metrics=pool.iteration()))
+        worker.start()
+        time.sleep(min(0.3, rollout_s / 3))  # inside the rollout of the iteration in flight
+        os.kill(before[0], signal.SIGKILL)
+        worker.join(120)
+        assert not worker.is_alive() and out["metrics"]["perf/env_steps"] == 2 * 200 * 4
+        assert out["metrics"]["faults/sim_replacements"] == 1.0
+        after = pool.sim_pids()
+        assert after[0] != before[0] and after[1] == before[1]
+    finally:
+        pool.close()
+
+
 def test_two_data_parallel_learners_average_their_gradients_and_stay_identical(ray_local, tmp_path):
     """Each learner learns from a different simulator's rollout; only averaged gradients (and agreed learning
     rates and normaliser statistics) keep their networks equal, and a checkpoint restores both."""

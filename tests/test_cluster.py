@@ -88,3 +88,32 @@ def test_custom_resources_without_a_cluster_are_refused_at_once(tmp_path, llp):
                  "resources.sim_resources={sim_node: 1}", timeout=60)  # fmt: skip
     assert result.returncode == 2 and "only a cluster's nodes declare" in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "runs").exists()
+
+
+def test_llp_submit_runs_the_pipeline_as_a_ray_job_on_the_head(services, tmp_path, monkeypatch):
+    """A Ray head with its job server (the dashboard) started here; `llp submit --follow` sends the smoke run,
+    streams its output and exits with the job's status. No credential travels with the job."""
+    import socket
+
+    from ray.cluster_utils import Cluster
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dashboard = s.getsockname()[1]
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("PATH", f"{BIN}:{os.environ['PATH']}")  # the job's shell finds `llp` as on a cluster image
+    head = {"num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": dashboard}
+    c = Cluster(initialize_head=True, head_node_args=head)
+    try:
+        args = [str(BIN / "llp"), "submit", *SMOKE, "--address", f"http://127.0.0.1:{dashboard}", "--follow",
+                "--run-id", "submitted", "--until-stage", "locomotion_teacher", "--set", f"run_root={tmp_path}",
+                "--env", "MLFLOW_TRACKING_URI", "--env", "PREFECT_API_URL"]  # fmt: skip
+        env = {**os.environ, **services["env"]}
+        result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "SUCCEEDED" in result.stdout and "[llp] locomotion_teacher: completed" in result.stdout
+        assert services["env"]["AWS_SECRET_ACCESS_KEY"] not in result.stdout
+        teacher = ledger(tmp_path, "submitted")["stages"]["locomotion_teacher"]
+        assert teacher["state"] == "completed"
+    finally:
+        c.shutdown()

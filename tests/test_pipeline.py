@@ -148,6 +148,41 @@ def test_no_credential_reaches_params_tags_or_artifacts(services, smoke_run, tmp
     assert "ledger.json" in scanned and any(n.startswith("raylet") for n in scanned), sorted(scanned)[:50]
 
 
+def test_llp_compare_puts_runs_side_by_side_with_the_paper_s_numbers(services, smoke_run, tmp_path, llp):
+    """Two pipeline runs (the second all cached) in one report from MLflow alone; the HTML renders in headless
+    Chromium with its table rows and both pictures loaded; the report is logged as a comparison run."""
+    import re
+    import shutil
+    import subprocess
+
+    out = tmp_path / "cmp"
+    result = llp("compare", "e2e", "e2e-rerun", "--out", str(out), env=services["env"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    md = (out / "report.md").read_text()
+    assert "| setting | e2e | e2e-rerun | paper (reported) |" in md
+    report = json.loads((out / "data.json").read_text())
+    settings = report[0]["report"]["settings"]
+    assert len(settings) >= 2 and all(r["report"]["settings"] == settings for r in report)  # cached: same trials
+    for s in settings:
+        assert f"| {s['tile_type']} {s['difficulty']}".replace(" -", "") in md
+    assert "| climb | 75 cm | depth student | 33.4% |" in md and "| course | all | no amp | 51.0% |" in md
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "needs Debian's chromium (the Makefile installs it)"
+    browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000", "--dump-dom"]
+    dom = subprocess.run([*browser, (out / "report.html").as_uri()], capture_output=True, text=True, timeout=180).stdout
+    assert 'data-images="2/2"' in dom, dom[-2000:]  # both plots decoded by the browser
+    main = dom.split('<table class="main">', 1)[1].split("</table>", 1)[0]
+    assert len(re.findall(r"<tr>", main)) == 1 + len(settings) + 2  # header, one per setting, overall, kernel
+    client = mlflow_client(services)
+    exp = client.get_experiment_by_name("llp")
+    runs = client.search_runs([exp.experiment_id], "tags.`llp.kind` = 'comparison'")
+    assert runs and runs[0].data.tags["llp.compared"] == "e2e,e2e-rerun"
+    names = [f.path for f in client.list_artifacts(runs[0].info.run_id, "report")]
+    assert {"report/report.html", "report/report.md", "report/success.png", "report/curves.png"} <= set(names)
+    missing = llp("compare", "no-such-run", env=services["env"])
+    assert missing.returncode == 2 and "'no-such-run': no pipeline run matches it" in missing.stderr
+
+
 @pytest.mark.fault
 def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path, llp):
     env = {**services["env"], "LLP_INJECT_FAULT": "evaluate@0"}
