@@ -96,8 +96,10 @@ def run_pipeline(
     until_stage: str | None = None,
     force: list[str] | None = None,
     stream=None,
+    tags: dict[str, str] | None = None,
 ) -> PipelineResult:
-    """Run (or resume) pipeline ``run_id``: stages in order between from_stage and until_stage."""
+    """Run (or resume) pipeline ``run_id``: stages in order between from_stage and until_stage; ``tags`` go on
+    its MLflow pipeline run (e.g. ``llp.ablation``), beside its id, profile and seed."""
     import sys
 
     stream = stream or sys.stdout
@@ -135,9 +137,10 @@ def run_pipeline(
         parent_id = tracking.start_parent_run(
             cfg.experiment,
             f"pipeline {run_id}",
-            {"llp.pipeline_run": run_id, "llp.kind": "pipeline", "llp.profile": cfg.profile},
+            {"llp.pipeline_run": run_id, "llp.kind": "pipeline", "llp.profile": cfg.profile,
+             "llp.seed": str(cfg.seed), **(tags or {})},
             resolved(cfg),
-        )
+        )  # fmt: skip
     else:
         parent_id = parent.info.run_id
         client.update_run(parent_id, status="RUNNING")

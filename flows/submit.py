@@ -16,6 +16,7 @@ import time
 
 SECRET_HINTS = ("SECRET", "TOKEN", "PASSWORD", "KEY", "CREDENTIAL")
 DONE = ("SUCCEEDED", "FAILED", "STOPPED")
+AGENT_WAIT_S = 120.0  # a freshly started head's job agent takes a while to register
 
 
 def entrypoint(profile: str, sets: list[str], run_id: str, until_stage: str | None, force: list[str]) -> str:
@@ -50,13 +51,21 @@ def submit(address: str, command: str, run_id: str, env: dict[str, str], follow:
         client = JobSubmissionClient(address)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise ValueError(f"--address {address}: no Ray job server answers there ({err})") from None
-    job = client.submit_job(
-        entrypoint=command,
-        submission_id=f"llp-{run_id}-{int(time.time())}",
-        # the driver's ray.init sets its actors' environment (no Prefect in workers): it wins over the job's
-        runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1", **env}},
-        metadata={"llp.pipeline_run": run_id},
-    )
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            job = client.submit_job(
+                entrypoint=command,
+                submission_id=f"llp-{run_id}-{int(time.time())}",
+                # the driver's ray.init sets its actors' environment (no Prefect in workers): it wins over the job's
+                runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1", **env}},
+                metadata={"llp.pipeline_run": run_id},
+            )
+            break
+        except RuntimeError as err:  # a head that has just started: its job agent is not up yet
+            if "try again later" not in str(err) or time.monotonic() > deadline:
+                raise ValueError(f"--address {address}: the job server refused the run ({err})") from None
+            time.sleep(2.0)
     print(f"[llp] submitted {job} to {address}: {command}", file=stream, flush=True)
     if not follow:
         print(f"[llp] follow it: ray job logs --address {address} --follow {job}", file=stream)

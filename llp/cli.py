@@ -23,7 +23,12 @@ def _print_json(result: dict, as_json: bool) -> None:
 def _load(args: argparse.Namespace):
     from llp.stages.registry import load_pipeline
 
-    return load_pipeline(args.profile, args.set)
+    sets = list(args.set)
+    if getattr(args, "ablation", None):
+        from llp.config.ablation import load_ablation
+
+        sets = load_ablation(args.ablation).sets + sets  # the user's --set still wins
+    return load_pipeline(args.profile, sets)
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -73,7 +78,10 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
             from llp.flows.run_state import reconcile
 
             reconcile(run_root.resolve(), run_id, prefect=True)
-        result = run_pipeline(cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage, force=args.force)
+        tags = {"llp.ablation": args.ablation} if getattr(args, "ablation", None) else None
+        result = run_pipeline(
+            cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage, force=args.force, tags=tags
+        )
     except (KeyboardInterrupt, SystemExit) as err:  # Ctrl-C or SIGTERM: the ledger and MLflow already say so
         code = 130 if isinstance(err, KeyboardInterrupt) else (err.code if isinstance(err.code, int) else 1)
         code = 143 if code == 15 else code  # Ray's handler exits with the bare signal number
@@ -123,6 +131,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _execute(cfg, args.run_id or new_run_id(), args)
 
 
+def cmd_ablations(args: argparse.Namespace) -> int:
+    from llp.config.ablation import LEFT_OUT, available, load_ablation
+
+    for name in available():
+        a = load_ablation(name)
+        print(f"{name}  ({a.stage})\n    {a.description}\n    sets: {'; '.join(a.sets)}")
+    print("\nleft out (their stages are absent):")
+    for name, why in LEFT_OUT.items():
+        print(f"  {name}: {why}")
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Pipeline runs side by side from MLflow: Markdown and HTML with plots, logged as a comparison run."""
     import os
@@ -133,7 +153,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import mlflow
     from mlflow import MlflowClient
 
-    from llp.evaluation.compare import collect, find_runs, log_comparison, write_report
+    from llp.flows.compare import collect, find_runs, log_comparison, write_report
 
     _check_tracking_server()
     uri = os.environ.get("MLFLOW_TRACKING_URI")
@@ -595,7 +615,12 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_options(q)
     execution_options(q)
     q.add_argument("--run-id", help="name of the run (default: a timestamp)")
+    q.add_argument("--ablation", metavar="NAME",
+                   help="change one training condition (conf/ablation/NAME.yaml; see `llp ablations`)")  # fmt: skip
     q.set_defaults(fn=cmd_run)
+
+    q = sub.add_parser("ablations", help="list the ablations (conf/ablation/) and the paper's that are left out")
+    q.set_defaults(fn=cmd_ablations)
 
     q = sub.add_parser("submit", help="send a pipeline run to a Ray cluster as a Ray job (the driver runs on its head)")
     pipeline_options(q)

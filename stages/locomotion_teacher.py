@@ -53,7 +53,16 @@ class LocomotionTeacherConfig:
             f"{self.ppo.num_minibatches} minibatches cannot split a rollout of {per_actor} steps per actor "
             f"(envs_per_actor x num_steps)",
         )
-        checked_env_config(self.task, self.robot, self.env, path)
+        env = checked_env_config(self.task, self.robot, self.env, path)
+        produced = {group: list(terms) for group, terms in env.observations.items()}
+        for name, refs in (("actor", self.actor.obs), ("critic", self.critic.obs)):
+            for i, ref in enumerate(refs):
+                group, _, term = ref.partition("/")
+                check(
+                    term in produced.get(group, []),
+                    f"{path}.{name}.obs[{i}]",
+                    f"{ref!r} is not an observation of task {self.task!r} (it gives {produced})",
+                )
 
 
 def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, str]:

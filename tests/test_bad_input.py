@@ -19,6 +19,7 @@ CASES = [
     (f"{T}.actor.hidden_dims=[]", f"{T}.actor.hidden_dims", "at least one hidden layer"),
     (f"{T}.critic.hidden_dims=[0]", f"{T}.critic.hidden_dims", "must be >= 1"),
     (f"{T}.env.gait.frequency=[2.0,1.0]", f"{T}.env.gait.frequency", "0 < low <= high"),
+    (f"{T}.task=locomotion_paper", f"{T}.actor.obs[3]", "'policy/gait_clock' is not an observation of task"),
 ]
 
 
@@ -122,6 +123,7 @@ def cli_cases(tmp):
         (["run", *SMOKE, *runs, "--force", "nope"], "--force 'nope': not a stage of this pipeline"),
         (["run", *SMOKE, *runs, "--from-stage", "evaluate", "--until-stage", "locomotion_teacher"], "selects no stage"),
         (["run", "--profile", "nosuch", *runs], "no profile named 'nosuch'"),
+        (["run", *SMOKE, *runs, "--ablation", "no_gru"], "no ablation named 'no_gru' (an MLP depth student"),
         (["run", *SMOKE, *runs, "--set", "nokey=1"], "nokey: unknown key"),
         (["run", *SMOKE, *runs, "--set", f"{T}.iterations"], "--set expects key.path=value"),
         (["run", *SMOKE, *runs, "--set", f"{T}.iterations=-5"], f"{T}.iterations: must be >= 1"),

@@ -97,12 +97,16 @@ def test_llp_submit_runs_the_pipeline_as_a_ray_job_on_the_head(services, tmp_pat
 
     from ray.cluster_utils import Cluster
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dashboard = s.getsockname()[1]
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    dashboard, agent = free_port(), free_port()  # not Ray's defaults: the other cluster of this module holds them
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("PATH", f"{BIN}:{os.environ['PATH']}")  # the job's shell finds `llp` as on a cluster image
-    head = {"num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": dashboard}
+    head = {"num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": dashboard,
+            "dashboard_agent_listen_port": agent}  # fmt: skip
     c = Cluster(initialize_head=True, head_node_args=head)
     try:
         args = [str(BIN / "llp"), "submit", *SMOKE, "--address", f"http://127.0.0.1:{dashboard}", "--follow",
