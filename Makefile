@@ -13,9 +13,11 @@ $(STAMP): pyproject.toml constraints.txt setup.py llp/sim/_raycast.c
 	# no dependency can pull a multi-GB CUDA build
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
-	# Debian's packages: EGL through Mesa for offscreen video (llp play) and Chromium for the UI tests
+	# Debian's packages: EGL through Mesa for offscreen video (llp play), Chromium for the UI tests, PostgreSQL
+	# for the MLflow backend-store test
 	@need=""; ldconfig -p | grep -q libEGL_mesa || need="$$need libegl-mesa0 libegl1"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$$need postgresql"; \
 	if [ -n "$$need" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
