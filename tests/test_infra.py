@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -154,9 +155,7 @@ def test_no_credential_is_written_into_infra():
 def test_the_prefect_deployment_starts_a_smoke_run_through_a_work_pool(services, tmp_path):
     """`prefect deploy` of infra/prefect/prefect.yaml, `prefect deployment run`, and a process worker that
     picks the flow run up: the run it starts completes and Prefect says so."""
-    from prefect.client.orchestration import get_client  # noqa: F401  (the server's own client reads the state)
-
-    env = {**__import__("os").environ, **services["env"], "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {**os.environ, **services["env"], "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     prefect = str(BIN / "prefect")
 
     def sh(*args, timeout=300):
