@@ -16,10 +16,16 @@ from llp.learn.spec import TrainSpec
 from llp.sim.env import ParkourEnv
 
 
-def build_env(spec: TrainSpec, index: int, threads: int) -> ParkourEnv:
-    """Simulator ``index`` of a stage: its own seed, the spec's env."""
+def build_env(spec: TrainSpec, index: int, threads: int):
+    """Simulator ``index`` of a stage: its own seed, the spec's env (parkour terrain, or tracking a reference)."""
+    from llp.motion.tracking import TrackingEnvConfig
+
     seed = spec.seed + 1000 * index
     torch.manual_seed(seed)
+    if isinstance(spec.env, TrackingEnvConfig):
+        from llp.motion.tracking_env import TrackingEnv
+
+        return TrackingEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
     return ParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
 
 

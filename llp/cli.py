@@ -501,12 +501,17 @@ def cmd_refs(args: argparse.Namespace) -> int:
 
     from llp.motion.library import INDEX, LibraryError, ReferenceLibrary
 
-    if not (Path(args.library) / INDEX).is_file():
-        print(f"llp: {args.library!r} is not a reference library (no {INDEX}); `llp seeds --out DIR` makes one",
-              file=sys.stderr)  # fmt: skip
-        return 2
+    folder = Path(args.library)
+    if not (folder / INDEX).is_file():
+        grown = Path(args.run_root) / args.library / "references" / "reference_augmentation"
+        if not (grown / INDEX).is_file():
+            print(f"llp: {args.library!r} is neither a reference library (no {INDEX}) nor a pipeline run under "
+                  f"{args.run_root}/ whose reference_augmentation stage wrote one; `llp seeds --out DIR` or "
+                  f"`llp run --until-stage reference_augmentation` makes one", file=sys.stderr)  # fmt: skip
+            return 2
+        folder = grown
     try:
-        library = ReferenceLibrary(args.library)
+        library = ReferenceLibrary(folder)
     except LibraryError as err:
         print(f"llp: {err}", file=sys.stderr)
         return 2
@@ -516,7 +521,7 @@ def cmd_refs(args: argparse.Namespace) -> int:
         except KeyError as err:
             print(f"llp: {err.args[0]}", file=sys.stderr)
             return 2
-        print(" <- ".join(f"{e.id} (round {e.round}, {100 * e.obstacle.height:.0f} cm)" for e in chain))
+        print(" <- ".join(f"{e.id} (round {e.round}, {round(100 * e.obstacle.height, 1):g} cm)" for e in chain))
         return 0
     print(library.table())
     return 0
@@ -711,7 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(fn=cmd_seeds)
 
     m = sub.add_parser("refs", help="table of a reference library's entries with their provenance")
-    m.add_argument("library", help="library folder (as written by `llp seeds`)")
+    m.add_argument("library", help="library folder (as `llp seeds` writes it), or a pipeline run id")
+    m.add_argument("--run-root", default="runs", help="where pipeline runs live (default runs)")
     m.add_argument("--lineage", metavar="ID", help="print one entry's chain of parents back to its seed")
     m.set_defaults(fn=cmd_refs)
 

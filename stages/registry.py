@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llp.config.pipeline import PipelineConfig
 from llp.config.schema import build, check
-from llp.stages import evaluate, locomotion_teacher
+from llp.stages import evaluate, locomotion_teacher, reference_augmentation
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,15 @@ STAGES: dict[str, StageSpec] = {
         outputs={"policy": "llp-locomotion-teacher"},
         description="LLP stage 1: perceptive locomotion teacher (PPO; height scan, proprioception, velocity "
         "command; privileged critic).",
+    ),
+    "reference_augmentation": StageSpec(
+        name="reference_augmentation",
+        config=reference_augmentation.ReferenceAugmentationConfig,
+        run=reference_augmentation.run,
+        inputs=lambda cfg: {},
+        outputs={"library": "llp-reference-library", "tracker": "llp-reference-tracker"},
+        description="LLP stage 2: reference augmentation (a motion seed and its box raised round by round; each "
+        "round's tracking policy must carry the motion over the taller box in physics; library with provenance).",
     ),
     "evaluate": StageSpec(
         name="evaluate",

@@ -182,4 +182,4 @@ def test_llp_seeds_and_llp_refs(tmp_path):
     refs = subprocess.run([*llp, "refs", str(tmp_path / "lib")], capture_output=True, text=True, timeout=120)
     assert refs.returncode == 0 and "| climb_step_25.r0 | climb_step | 0 | - | climb 25 cm |" in refs.stdout
     bad = subprocess.run([*llp, "refs", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "not a reference library" in bad.stderr
+    assert bad.returncode == 2 and "is neither a reference library (no index.json) nor a pipeline run" in bad.stderr

@@ -50,8 +50,12 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e")
     assert book["state"] == "completed"
-    assert [s["state"] for s in book["stages"].values()] == ["completed", "completed"]
-    assert {n: s["executions"] for n, s in book["stages"].items()} == {"locomotion_teacher": 1, "evaluate": 1}
+    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 3
+    assert {n: s["executions"] for n, s in book["stages"].items()} == {
+        "locomotion_teacher": 1,
+        "reference_augmentation": 1,
+        "evaluate": 1,
+    }
     client = mlflow_client(services)
     version = client.get_model_version_by_alias("llp-locomotion-teacher", "run-e2e")
     tags = version.tags
@@ -100,12 +104,37 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     )
 
 
+def test_reference_augmentation_registers_a_library_whose_grown_entry_links_to_its_seed(services, smoke_run, llp):
+
+    from llp.flows import tracking
+
+    book = ledger(smoke_run["root"], "e2e")
+    uri = book["stages"]["reference_augmentation"]["outputs"]["library"]
+    assert uri.startswith("models:/llp-reference-library/")
+    mlflow_client(services)
+    folder = tracking.download_dataset(uri, smoke_run["root"] / "downloaded-library")
+    entries = {e["id"]: e for e in json.loads((folder / "index.json").read_text())["entries"]}
+    assert set(entries) == {"climb_step_25.r0", "climb_step_25.r1"}  # smoke: the seed and one growth round
+    grown = entries["climb_step_25.r1"]
+    assert grown["parent"] == "climb_step_25.r0" and grown["seed"] == "climb_step_25" and grown["round"] == 1
+    assert grown["obstacle"]["height"] == pytest.approx(0.275)  # 25 cm + the 2.5 cm step
+    assert [a["name"] for a in grown["acceptance"]] == ["kinematic", "scene", "dynamic"]
+    assert grown["acceptance"][2]["numbers"]["trials"] == 4 and grown["success_rate"] is not None
+    assert grown["tracking_error_m"] > 0 and (folder / "climb_step_25.r1.npz").is_file()
+    shown = llp("refs", "e2e", "--run-root", str(smoke_run["root"]))
+    assert shown.returncode == 0
+    assert "| climb_step_25.r1 | climb_step | 1 | climb_step_25.r0 | climb 27.5 cm |" in shown.stdout
+    lineage = llp("refs", "e2e", "--run-root", str(smoke_run["root"]), "--lineage", "climb_step_25.r1")
+    assert lineage.stdout.strip() == "climb_step_25.r1 (round 1, 27.5 cm) <- climb_step_25.r0 (round 0, 25 cm)"
+
+
 def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
     second = smoke_run["second"]
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e-rerun")
     assert {n: (s["state"], s["executions"]) for n, s in book["stages"].items()} == {
         "locomotion_teacher": ("cached", 0),
+        "reference_augmentation": ("cached", 0),
         "evaluate": ("cached", 0),
     }
     client = mlflow_client(services)

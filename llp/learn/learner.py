@@ -159,8 +159,10 @@ def build_learner(spec: TrainSpec, obs_dims: dict, num_actions: int, env_groups:
 
 def teacher_groups(spec: TrainSpec, columns: np.ndarray) -> torch.Tensor:
     """[N] index of the teacher labelling each env (by its tile type; -1: none), for envs on tile ``columns``."""
-    types = spec.env.terrain.tile_types
     groups = torch.full((len(columns),), -1, dtype=torch.long)
+    if not spec.teachers:
+        return groups
+    types = spec.env.terrain.tile_types
     for k, teacher in enumerate(spec.teachers):
         wanted = set(teacher.tile_types or types)
         mine = torch.tensor([types[c] in wanted and groups[i] < 0 for i, c in enumerate(columns)], dtype=torch.bool)

@@ -103,6 +103,7 @@ class RolloutCollector:
         self.stats = EpisodeStats()
         self.term_sums: dict[str, float] = {}
         self.term_count = 0
+        self.end_counts: dict[str, int] = {}
 
     def _values(self, obs) -> torch.Tensor:
         if self.critic is None:
@@ -175,6 +176,8 @@ class RolloutCollector:
                 self.stats.add(result.info["episode"])
             for name, v in result.info.get("reward_terms", {}).items():
                 self.term_sums[name] = self.term_sums.get(name, 0.0) + float(v)
+            for cause, count in result.info.get("ends", {}).items():  # episodes ended, by cause
+                self.end_counts[cause] = self.end_counts.get(cause, 0) + int(count)
             self.term_count += 1
             self.memory = self.memory.reset(done)
             for k, teacher in enumerate(self.teachers):
@@ -210,6 +213,9 @@ class RolloutCollector:
         out = self.stats.summary()
         if self.term_count:
             out.update({f"reward_terms/{k}": v / self.term_count for k, v in self.term_sums.items()})
+        ended = sum(self.end_counts.values())
+        if ended:
+            out.update({f"episode_ends/{k}": v / ended for k, v in self.end_counts.items()})
         self.stats.clear()
-        self.term_sums, self.term_count = {}, 0
+        self.term_sums, self.term_count, self.end_counts = {}, 0, {}
         return out

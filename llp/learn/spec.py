@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
+from llp.motion.tracking import TrackingEnvConfig
 from llp.sim.config import EnvConfig
 
 
@@ -55,7 +56,7 @@ class AMPSpec:
 
 @dataclass
 class TrainSpec:
-    env: EnvConfig
+    env: EnvConfig | TrackingEnvConfig  # terrain courses, or tracking one motion reference (stage 2)
     envs_per_actor: int
     seed: int
     actor: ActorConfig
@@ -75,7 +76,7 @@ class TrainSpec:
             raise ValueError(f"{heads} reward group(s) need a critic with {heads} value heads")
         if self.ppo.dagger_coef > 0 and not self.teachers:
             raise ValueError("dagger_coef > 0 needs at least one teacher")
-        known = set(self.env.terrain.tile_types)
+        known = set(self.env.terrain.tile_types) if hasattr(self.env, "terrain") else set()
         for t in self.teachers:
             unknown = [x for x in t.tile_types or [] if x not in known]
             if unknown:

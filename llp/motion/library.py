@@ -121,7 +121,7 @@ class ReferenceLibrary:
             checks = ", ".join(f"{a.name} {_verdict(a.passed)}" for a in e.acceptance)
             err = "-" if e.tracking_error_m is None else f"{100 * e.tracking_error_m:.1f} cm"
             succ = "-" if e.success_rate is None else f"{100 * e.success_rate:.0f}%"
-            obst = f"{e.obstacle.kind} {100 * e.obstacle.height:.0f} cm"
+            obst = f"{e.obstacle.kind} {round(100 * e.obstacle.height, 1):g} cm"
             rows.append(
                 f"| {e.id} | {e.skill} | {e.round} | {e.parent or '-'} | {obst} | {checks} | {err} | {succ} | "
                 f"{e.made_by.split(',')[0]} |"

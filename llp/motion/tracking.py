@@ -1,0 +1,199 @@
+"""Physics tracking of a motion reference paired with its obstacle: the task's config and the reference's
+kinematics as the tracking env reads them.
+
+The recipe is BeyondMimic's as mjlab ships it (``mjlab/tasks/tracking/tracking_env_cfg.py``): exponential
+kernels on the anchor (pelvis) position and orientation in the world, body positions relative to the anchor,
+body velocities; penalties on the action rate and the joint limits; an episode ends when the anchor or an
+end body drifts 0.25 m in height from the reference or the body tilts 0.8 away from it. The anchor is in the
+scene's frame (the reference's x = 0 is the motion start, the box sits ``front_x`` ahead), so tracking it
+also places the robot relative to the obstacle; intended contacts are rewarded at their reference positions
+(LLP's scene anchoring). Where this differs from mjlab, the config file says why (conf/task/tracking.yaml).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llp.config.schema import check, field
+from llp.motion.scene import Contact, ObstacleBox
+from llp.sim.robot import RobotConfig
+
+TRACKING_REWARDS = {  # name -> kind; each documented in llp/motion/tracking_env.py
+    "anchor_pos": "reward",
+    "anchor_ori": "reward",
+    "body_pos": "reward",
+    "body_lin_vel": "reward",
+    "anchor_ang_vel": "reward",
+    "contact_pos": "reward",
+    "action_rate": "penalty",
+    "joint_limit": "penalty",
+}
+TRACKING_OBSERVATIONS = (
+    "proprio",  # projected gravity, base angular velocity, joint positions and velocities, last action
+    "reference",  # next reference frame: joint targets, joint speeds, anchor offset and tilt, phase
+    "obstacle",  # box front and back face ahead of the pelvis, lateral offset, height
+    "privileged",  # base velocity, pelvis height, body position errors
+)
+
+
+@dataclass(kw_only=True)
+class TrackingTerm:
+    weight: float = field(doc="Weight; rewards need >= 0, penalties <= 0.")
+    std: float | None = field(default=None, doc="Width of the exponential kernel exp(-error / std^2).")
+
+
+@dataclass(kw_only=True)
+class TrackingTerminations:
+    anchor_z: float = field(default=0.25, doc="Pelvis height error that ends the episode, m (mjlab: 0.25).")
+    tilt: float = field(default=0.8, doc="Difference of projected gravity vectors that ends it (mjlab: 0.8).")
+    end_body_z: float = field(default=0.25, doc="Height error of a foot or hand that ends it, m (mjlab: 0.25).")
+
+
+@dataclass(kw_only=True)
+class TrackingTaskConfig:
+    """Tracking one reference with its obstacle."""
+
+    robot: RobotConfig = field(doc="The robot (conf/robot/).")
+    physics_dt: float = field(default=0.005, doc="Physics step, s.")
+    decimation: int = field(default=4, doc="Physics steps per policy step; the reference's fps must match.")
+    solver_iterations: int = field(default=6, doc="MuJoCo constraint solver iterations.")
+    action_offset: str = field(default="reference", doc="Joint targets are reference or default + scale x action.")
+    action_scale: float = field(default=0.25, doc="Radians per unit action.")
+    action_clip: float = field(default=10.0, doc="Actions are clipped to +-action_clip.")
+    tracked_bodies: list[str] = field(doc="Bodies whose positions and velocities are tracked.")
+    end_bodies: list[str] = field(doc="Feet and hands: a height error of one of them ends the episode.")
+    contact_frames: dict[str, str] = field(doc="Contact frame (as the references name them) -> robot body.")
+    rewards: dict[str, TrackingTerm] = field(doc=f"Terms by name: {', '.join(TRACKING_REWARDS)}.")
+    terminations: TrackingTerminations = field(default_factory=TrackingTerminations, doc="Episode ends.")
+    start_at_zero: float = field(default=0.1, doc="Share of training episodes that start at the first frame.")
+    init_joint_noise: float = field(default=0.05, doc="Uniform noise on the start joint positions, rad.")
+    init_root_noise: float = field(default=0.02, doc="Uniform noise on the start pelvis position (x, y), m.")
+    hold_s: float = field(default=1.0, doc="Seconds the final pose is held after the motion: success needs it.")
+    success_distance: float = field(default=0.15, doc="Success: pelvis within this of the final reference, m.")
+    observations: dict[str, list[str]] = field(doc=f"Groups -> terms: {', '.join(TRACKING_OBSERVATIONS)}.")
+
+    @property
+    def policy_dt(self) -> float:
+        return self.physics_dt * self.decimation
+
+    def validate(self, path: str) -> None:
+        p = f"{path}." if path else ""
+        check(self.physics_dt > 0 and self.decimation >= 1, f"{p}decimation", "needs physics_dt > 0, decimation >= 1")
+        check(self.action_offset in ("reference", "default"), f"{p}action_offset", "must be reference or default")
+        check(self.action_scale > 0, f"{p}action_scale", "must be positive")
+        check(self.hold_s >= 0, f"{p}hold_s", "must be >= 0")
+        check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
+        check(len(self.tracked_bodies) > 0, f"{p}tracked_bodies", "needs at least one body")
+        for name, term in self.rewards.items():
+            where = f"{p}rewards.{name}"
+            check(name in TRACKING_REWARDS, where, f"unknown term; allowed: {', '.join(TRACKING_REWARDS)}")
+            if TRACKING_REWARDS[name] == "penalty":
+                check(term.weight <= 0, f"{where}.weight", f"{name} is a penalty: its weight must be <= 0")
+            else:
+                check(term.weight >= 0, f"{where}.weight", f"{name} is a reward: its weight must be >= 0")
+                check(term.std is not None and term.std > 0, f"{where}.std", "a kernel reward needs std > 0")
+        for group, terms in self.observations.items():
+            for i, term in enumerate(terms):
+                check(
+                    term in TRACKING_OBSERVATIONS,
+                    f"{p}observations.{group}[{i}]",
+                    f"got {term!r}, allowed values: {', '.join(TRACKING_OBSERVATIONS)}",
+                )
+
+
+@dataclass
+class TrackingEnvConfig:
+    """Everything a tracking env needs, picklable for Ray: the task and the reference with its obstacle."""
+
+    task: TrackingTaskConfig
+    qpos: np.ndarray  # [T, nq] the reference
+    fps: float
+    obstacle: ObstacleBox
+    contacts: list[Contact]
+    reference_id: str = ""
+
+    @property
+    def policy_dt(self) -> float:
+        return self.task.policy_dt
+
+    def __post_init__(self) -> None:
+        if abs(self.fps * self.task.policy_dt - 1.0) > 1e-6:
+            raise ValueError(
+                f"reference {self.reference_id!r} runs at {self.fps} fps; the tracking policy at "
+                f"{1 / self.task.policy_dt:g} Hz needs one reference frame per policy step"
+            )
+        if self.qpos.ndim != 2 or len(self.qpos) < 2:
+            raise ValueError(f"reference {self.reference_id!r} needs at least 2 frames, got shape {self.qpos.shape}")
+
+
+def tracking_task(name: str = "tracking", robot: str = "lightbot0_like", overrides: dict[str, Any] | None = None):
+    """conf/task/<name>.yaml on ``robot`` with ``overrides`` merged on top, validated."""
+    from llp.config.files import named
+    from llp.config.schema import build, merge
+
+    data = merge(named("task", name), {"robot": named("robot", robot)})
+    if overrides:
+        data = merge(data, overrides)
+    return build(TrackingTaskConfig, data)
+
+
+@dataclass
+class ReferenceKinematics:
+    """A reference with everything the tracking env compares against, per frame; the last frame repeated for
+    the hold, with zero velocity."""
+
+    qpos: np.ndarray  # [T, nq]
+    qvel: np.ndarray  # [T, nv]
+    joint_pos: np.ndarray  # [T, nu] actuated joints, actuator order
+    joint_vel: np.ndarray  # [T, nu]
+    body_pos: np.ndarray  # [T, B, 3] tracked bodies, world (= scene) frame
+    body_vel: np.ndarray  # [T, B, 3]
+    contact_pos: np.ndarray  # [T, C, 3] intended-contact frames
+    contact_active: np.ndarray  # [T, C] bool: the contact's window holds that frame
+    gravity: np.ndarray  # [T, 3] gravity in the pelvis frame
+    motion_frames: int  # frames before the hold
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.qpos)
+
+
+def reference_kinematics(
+    model, qpos: np.ndarray, fps: float, bodies: list[int], contact_bodies: list[int], contacts: list[Contact],
+    joint_qpos: np.ndarray, joint_qvel: np.ndarray, hold_frames: int,
+) -> ReferenceKinematics:  # fmt: skip
+    """Forward kinematics of ``qpos`` [T, nq] on ``model``: body and contact positions, velocities by finite
+    differences (mj_differentiatePos for the free joint)."""
+    import mujoco
+
+    data = mujoco.MjData(model)
+    q = np.concatenate([qpos, np.repeat(qpos[-1:], hold_frames, axis=0)])
+    T = len(q)
+    qvel = np.zeros((T, model.nv))
+    for t in range(len(qpos) - 1):
+        mujoco.mj_differentiatePos(model, qvel[t], 1.0 / fps, qpos[t], qpos[t + 1])
+    if len(qpos) > 1 and hold_frames == 0:
+        qvel[len(qpos) - 1] = qvel[len(qpos) - 2]
+    body_pos = np.zeros((T, len(bodies), 3))
+    contact_pos = np.zeros((T, len(contact_bodies), 3))
+    gravity = np.zeros((T, 3))
+    for t in range(T):
+        data.qpos[:] = q[t]
+        mujoco.mj_kinematics(model, data)
+        body_pos[t] = data.xpos[bodies]
+        contact_pos[t] = data.xpos[contact_bodies]
+        gravity[t] = data.xmat[bodies[0]].reshape(3, 3).T @ np.array([0.0, 0.0, -1.0])
+    body_vel = np.zeros_like(body_pos)
+    body_vel[:-1] = (body_pos[1:] - body_pos[:-1]) * fps
+    times = np.arange(T) / fps
+    active = np.zeros((T, len(contacts)), dtype=bool)
+    for c, contact in enumerate(contacts):
+        active[:, c] = (times >= contact.start) & (times <= contact.end)
+    active[len(qpos) :] = active[len(qpos) - 1]  # the hold keeps the last frame's contacts
+    return ReferenceKinematics(
+        qpos=q, qvel=qvel, joint_pos=q[:, joint_qpos], joint_vel=qvel[:, joint_qvel], body_pos=body_pos,
+        body_vel=body_vel, contact_pos=contact_pos, contact_active=active, gravity=gravity, motion_frames=len(qpos),
+    )  # fmt: skip

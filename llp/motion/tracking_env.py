@@ -1,0 +1,325 @@
+"""TrackingEnv: N envs tracking one motion reference over its obstacle, in one MuJoCo batch.
+
+Each env holds the robot, a floor and the reference's box. Training episodes start at a random frame of the
+reference, in its pose and velocity (reference-state initialisation, DeepMimic; mjlab samples start frames
+too), and run to the end of the motion plus ``hold_s`` in its final pose. The policy adds a correction to
+the reference's next joint positions (``action_offset: reference``). ``trial_mode`` starts every episode at
+the first frame and records each env's trajectory, for the dynamic acceptance test and for taking the best
+rollout as the repaired reference.
+
+Rewards (each weighted and multiplied by the policy step, as in ``ParkourEnv``):
+  anchor_pos      exp(-|p_pelvis - p_ref|^2 / std^2), world frame = the scene's frame
+  anchor_ori      exp(-angle(q_pelvis, q_ref)^2 / std^2)
+  body_pos        exp(-mean_b |(p_b - p_pelvis) - (p_ref_b - p_ref_pelvis)|^2 / std^2)
+  body_lin_vel    exp(-mean_b |v_b - v_ref_b|^2 / std^2)
+  anchor_ang_vel  exp(-|w_pelvis - w_ref|^2 / std^2), pelvis frame
+  contact_pos     exp(-mean_c |p_c - p_ref_c|^2 / std^2) over the intended contacts active now (1 if none)
+  action_rate     |a - a_prev|^2
+  joint_limit     sum of excursions past the soft joint limits, rad
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import torch
+from mujoco.batch import Batch
+
+from llp.motion.scene import add_obstacle
+from llp.motion.tracking import TrackingEnvConfig, reference_kinematics
+from llp.sim.env import StepResult
+from llp.sim.math3d import yaw_and_gravity
+from llp.sim.robot import default_joint_positions, load_robot_spec
+
+
+def _quat_angle(q: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Rotation angle between unit quaternions [N, 4] (w first)."""
+    dot = np.abs(np.sum(q * r, axis=1))
+    return 2.0 * np.arccos(np.clip(dot, -1.0, 1.0))
+
+
+def _rotate_into(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
+    """World vectors [N, 3] expressed in the frames of quaternions [N, 4] (w first)."""
+    w, xyz = quat[:, :1], quat[:, 1:]
+    t = 2.0 * np.cross(-xyz, vec)
+    return vec + w * t + np.cross(-xyz, t)
+
+
+class TrackingEnv:
+    """Vectorised tracking of one reference (``llp.sim.interface.VecEnv``)."""
+
+    def __init__(self, cfg: TrackingEnvConfig, num_envs: int, seed: int = 0, threads: int = 1):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        task = cfg.task
+        self.cfg, self.task, self.num_envs, self.seed = cfg, task, num_envs, seed
+        self.rng = np.random.default_rng(seed)
+        spec = load_robot_spec(task.robot)
+        spec.option.timestep = task.physics_dt
+        spec.option.iterations = task.solver_iterations
+        add_obstacle(spec, cfg.obstacle)
+        m = self.model = spec.compile()
+        self.batch = Batch(m, num_envs, nthread=threads)
+        self.qpos, self.qvel = self.batch.bind("qpos"), self.batch.bind("qvel")
+        self.ctrl, self.xpos = self.batch.bind("ctrl"), self.batch.bind("xpos")
+        self.dt = task.policy_dt
+
+        joints = [int(m.actuator_trnid[a, 0]) for a in range(m.nu)]
+        self.joint_qpos = np.array([m.jnt_qposadr[j] for j in joints])
+        self.joint_qvel = np.array([m.jnt_dofadr[j] for j in joints])
+        self.joint_names = [m.joint(j).name for j in joints]
+        self.default_joint_pos = np.array(default_joint_positions(task.robot, m, joints))
+        lo, hi = m.jnt_range[joints, 0], m.jnt_range[joints, 1]
+        self.joint_lo, self.joint_hi = lo, hi
+        mid, half = (lo + hi) / 2, (hi - lo) / 2 * task.robot.soft_joint_limit
+        self.soft_lo, self.soft_hi = mid - half, mid + half
+        self.num_actions = m.nu
+
+        def body(name: str, what: str) -> int:
+            b = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, name)
+            if b < 0:
+                raise ValueError(f"{what}: body {name!r} is not in robot {task.robot.name}")
+            return b
+
+        if task.tracked_bodies[0] != task.robot.base_body:
+            raise ValueError(f"tracked_bodies must start with the anchor {task.robot.base_body!r}")
+        self.bodies = np.array([body(b, "tracked_bodies") for b in task.tracked_bodies])
+        self.end_bodies = np.array([list(self.bodies).index(body(b, "end_bodies")) for b in task.end_bodies])
+        unknown = sorted({c.frame for c in cfg.contacts} - set(task.contact_frames))
+        if unknown:
+            raise ValueError(f"reference {cfg.reference_id}: contact frames {unknown} are not in contact_frames")
+        self.contact_bodies = np.array([body(task.contact_frames[c.frame], "contact_frames") for c in cfg.contacts])
+        hold = int(round(task.hold_s / self.dt))
+        self.ref = reference_kinematics(
+            m, cfg.qpos, cfg.fps, list(self.bodies), list(self.contact_bodies), cfg.contacts,
+            self.joint_qpos, self.joint_qvel, hold,
+        )  # fmt: skip
+        self.last_frame = self.ref.num_frames - 1
+
+        self.reward_names = list(task.rewards)
+        self.reward_weights = np.array([task.rewards[n].weight for n in self.reward_names])
+        self.groups = {g: list(t) for g, t in task.observations.items()}
+
+        n = num_envs
+        self.env_ids = np.arange(n)
+        self.frame = np.zeros(n, dtype=np.int64)
+        self.start_frame = np.zeros(n, dtype=np.int64)
+        self.actions = np.zeros((n, self.num_actions))
+        self.last_actions = np.zeros((n, self.num_actions))
+        self.prev_body_pos = np.zeros((n, len(self.bodies), 3))
+        self.episode_length = np.zeros(n, dtype=np.int64)
+        self.episode_return = np.zeros(n)
+        self.body_error = np.zeros(n)  # sum over the episode of the mean tracked-body position error
+        self.trial_mode = False
+        self.trajectories: list[list[np.ndarray]] = [[] for _ in range(n)]
+        self.finished: list[dict] = []  # trial mode: one record per ended episode
+        self._obs: dict[str, np.ndarray] = {}
+        self.reset()
+
+    # ------------------------------------------------------------------ spaces
+    def obs_dims(self) -> dict[str, dict[str, int]]:
+        return {g: {t: self._obs[t].shape[1] for t in terms} for g, terms in self.groups.items()}
+
+    def course_state(self) -> dict[str, np.ndarray]:
+        """One env group: every env tracks the same reference (teacher routing reads column 0)."""
+        return {"column": np.zeros(self.num_envs, dtype=np.int64)}
+
+    # ------------------------------------------------------------------ reset
+    def reset(self) -> dict:
+        self._reset_envs(self.env_ids)
+        self._compute_obs()
+        return self._obs_tensors()
+
+    def start_trials(self) -> dict:
+        """Trial mode from now on: every env restarts at the first frame; trajectories are recorded."""
+        self.trial_mode = True
+        self.finished = []
+        return self.reset()
+
+    def _reset_envs(self, ids: np.ndarray) -> None:
+        task, rng, ref, k = self.task, self.rng, self.ref, len(ids)
+        if self.trial_mode:
+            start = np.zeros(k, dtype=np.int64)
+        else:
+            start = rng.integers(0, max(ref.motion_frames - 1, 1), size=k)
+            start[rng.uniform(size=k) < task.start_at_zero] = 0
+        q = ref.qpos[start].copy()
+        q[:, self.joint_qpos] += rng.uniform(-1, 1, size=(k, self.num_actions)) * task.init_joint_noise
+        q[:, 0:2] += rng.uniform(-1, 1, size=(k, 2)) * task.init_root_noise
+        q[:, self.joint_qpos] = np.clip(q[:, self.joint_qpos], self.joint_lo, self.joint_hi)
+        self.qpos[ids] = q
+        self.qvel[ids] = ref.qvel[start]
+        self.ctrl[ids] = ref.joint_pos[start]
+        self.batch.forward(ids)
+        self.frame[ids] = start
+        self.start_frame[ids] = start
+        self.actions[ids] = 0.0
+        self.last_actions[ids] = 0.0
+        self.prev_body_pos[ids] = self.xpos[ids][:, self.bodies]
+        self.episode_length[ids] = 0
+        self.episode_return[ids] = 0.0
+        self.body_error[ids] = 0.0
+        if self.trial_mode:
+            for env in ids:
+                self.trajectories[env] = [self.qpos[env].copy()]
+
+    # ------------------------------------------------------------------ step
+    def step(self, actions: torch.Tensor) -> StepResult:
+        task, ref = self.task, self.ref
+        a = actions.detach().cpu().numpy().astype(np.float64, copy=False)
+        if a.shape != (self.num_envs, self.num_actions):
+            raise ValueError(f"actions must be [{self.num_envs}, {self.num_actions}], got {list(a.shape)}")
+        a = np.clip(a, -task.action_clip, task.action_clip)
+        self.last_actions[:] = self.actions
+        self.actions[:] = a
+        nxt = np.minimum(self.frame + 1, self.last_frame)
+        offset = ref.joint_pos[nxt] if task.action_offset == "reference" else self.default_joint_pos[None, :]
+        self.ctrl[:] = offset + task.action_scale * a
+        self.prev_body_pos[:] = self.xpos[:, self.bodies]
+        self.batch.step(nstep=task.decimation, stage=mujoco.mjtStage.mjSTAGE_POS)
+        self.frame = nxt
+        self.episode_length += 1
+
+        terms, errors = self._rewards()
+        weighted = terms * self.reward_weights[None, :] * self.dt
+        reward = weighted.sum(axis=1)
+        self.episode_return += reward
+        self.body_error += errors["body_pos"]
+        causes = self._fell(errors)
+        terminated = np.logical_or.reduce(list(causes.values()))
+        at_end = self.frame >= self.last_frame
+        truncated = at_end & ~terminated
+        success = truncated & (errors["anchor_pos"] < task.success_distance)
+        if self.trial_mode:
+            for env in self.env_ids:
+                self.trajectories[env].append(self.qpos[env].copy())
+
+        done = terminated | truncated
+        self._compute_obs()
+        info: dict = {
+            "reward_terms": dict(zip(self.reward_names, terms.mean(axis=0).tolist())),
+            "weighted_terms": torch.from_numpy(weighted.astype(np.float32)),
+            "ends": self._end_causes(causes, truncated),
+        }
+        final_obs = None
+        ids = self.env_ids[done]
+        if len(ids):
+            final_obs = self._obs_tensors()
+            info["episode"] = {
+                "return": self.episode_return[ids].copy(),
+                "length": self.episode_length[ids].copy(),
+                "terminated": terminated[ids].copy(),
+                "success": success[ids].copy(),
+            }
+            if self.trial_mode:
+                for env in ids:
+                    self.finished.append({
+                        "env": int(env), "success": bool(success[env]), "fell": bool(terminated[env]),
+                        "frames": int(self.episode_length[env]),
+                        "tracking_error_m": float(self.body_error[env] / max(self.episode_length[env], 1)),
+                        "final_anchor_error_m": float(errors["anchor_pos"][env]),
+                        "qpos": np.array(self.trajectories[env]),
+                    })  # fmt: skip
+            self._reset_envs(ids)
+            self._compute_obs()
+        return StepResult(
+            obs=self._obs_tensors(),
+            reward=torch.from_numpy(reward.astype(np.float32)),
+            terminated=torch.from_numpy(terminated),
+            truncated=torch.from_numpy(truncated),
+            final_obs=final_obs,
+            info=info,
+        )
+
+    def _rewards(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        task, ref, f = self.task, self.ref, self.frame
+        pos = self.xpos[:, self.bodies]  # [N, B, 3]
+        ref_pos = ref.body_pos[f]
+        anchor_err = np.linalg.norm(pos[:, 0] - ref_pos[:, 0], axis=1)
+        rel = (pos - pos[:, :1]) - (ref_pos - ref_pos[:, :1])
+        body_sq = np.mean(np.sum(rel**2, axis=2), axis=1)
+        vel = (pos - self.prev_body_pos) / self.dt
+        vel_sq = np.mean(np.sum((vel - ref.body_vel[f]) ** 2, axis=2), axis=1)
+        ori_err = _quat_angle(self.qpos[:, 3:7], ref.qpos[f, 3:7])
+        ang_sq = np.sum((self.qvel[:, 3:6] - ref.qvel[f, 3:6]) ** 2, axis=1)
+        active = ref.contact_active[f]  # [N, C]
+        if active.shape[1]:
+            c_sq = np.sum((self.xpos[:, self.contact_bodies] - ref.contact_pos[f]) ** 2, axis=2)
+            count = active.sum(axis=1)
+            contact_sq = np.where(count > 0, (c_sq * active).sum(axis=1) / np.maximum(count, 1), 0.0)
+        else:
+            contact_sq = np.zeros(self.num_envs)
+        q = self.qpos[:, self.joint_qpos]
+        values = {
+            "anchor_pos": anchor_err**2,
+            "anchor_ori": ori_err**2,
+            "body_pos": body_sq,
+            "body_lin_vel": vel_sq,
+            "anchor_ang_vel": ang_sq,
+            "contact_pos": contact_sq,
+        }
+        cols = []
+        for name in self.reward_names:
+            if name == "action_rate":
+                cols.append(np.sum((self.actions - self.last_actions) ** 2, axis=1))
+            elif name == "joint_limit":
+                cols.append(np.sum(np.maximum(q - self.soft_hi, 0) + np.maximum(self.soft_lo - q, 0), axis=1))
+            else:
+                cols.append(np.exp(-values[name] / task.rewards[name].std ** 2))
+        errors = {
+            "anchor_pos": anchor_err,
+            "anchor_z": np.abs(pos[:, 0, 2] - ref_pos[:, 0, 2]),
+            "end_z": np.abs(pos[:, self.end_bodies, 2] - ref_pos[:, self.end_bodies, 2]).max(axis=1),
+            "body_pos": np.sqrt(np.mean(np.sum((pos - ref_pos) ** 2, axis=2), axis=1)),
+        }
+        return np.stack(cols, axis=1), errors
+
+    @staticmethod
+    def _end_causes(causes: dict[str, np.ndarray], truncated: np.ndarray) -> dict[str, int]:
+        """Episodes ended this step by cause: each fall counted once, under the first cause that holds."""
+        ends, taken = {}, np.zeros_like(truncated)
+        for cause, hit in causes.items():
+            ends[cause] = int((hit & ~taken).sum())
+            taken |= hit
+        ends["end_of_reference"] = int(truncated.sum())
+        return ends
+
+    def _fell(self, errors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each termination's verdict [N] (bool), by cause."""
+        t = self.task.terminations
+        _, gravity = yaw_and_gravity(self.qpos[:, 3:7])
+        tilt = np.linalg.norm(gravity - self.ref.gravity[self.frame], axis=1)
+        return {
+            "anchor_z": errors["anchor_z"] > t.anchor_z,
+            "tilt": tilt > t.tilt,
+            "end_body_z": errors["end_z"] > t.end_body_z,
+        }
+
+    # ------------------------------------------------------------------ observations
+    def _compute_obs(self) -> None:
+        ref, box = self.ref, self.cfg.obstacle
+        nxt = np.minimum(self.frame + 1, self.last_frame)
+        quat = self.qpos[:, 3:7]
+        _, gravity = yaw_and_gravity(quat)
+        q, dq = self.qpos[:, self.joint_qpos], self.qvel[:, self.joint_qvel]
+        root = self.qpos[:, 0:3]
+        self._obs["proprio"] = np.concatenate(
+            [gravity, self.qvel[:, 3:6], q - self.default_joint_pos, dq * 0.05, self.actions], axis=1
+        )
+        anchor_offset = _rotate_into(quat, ref.qpos[nxt, 0:3] - root)
+        phase = (nxt / max(self.last_frame, 1))[:, None]
+        self._obs["reference"] = np.concatenate(
+            [ref.joint_pos[nxt] - q, ref.joint_vel[nxt] * 0.05, anchor_offset, ref.gravity[nxt], phase], axis=1
+        )
+        self._obs["obstacle"] = np.stack(
+            [box.front_x - root[:, 0], box.front_x + box.depth - root[:, 0], box.y - root[:, 1],
+             np.full(self.num_envs, box.height)], axis=1,
+        )  # fmt: skip
+        pos = self.xpos[:, self.bodies]
+        rel = (pos - pos[:, :1]) - (ref.body_pos[self.frame] - ref.body_pos[self.frame][:, :1])
+        self._obs["privileged"] = np.concatenate([self.qvel[:, 0:3], root[:, 2:3], rel.reshape(self.num_envs, -1)], 1)
+
+    def _obs_tensors(self) -> dict:
+        return {
+            g: {t: torch.from_numpy(self._obs[t].astype(np.float32)) for t in terms} for g, terms in self.groups.items()
+        }

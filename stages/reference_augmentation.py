@@ -1,0 +1,254 @@
+"""LLP stage 2: reference augmentation. A motion seed, paired with its obstacle, grown in physics.
+
+Round 0 is the authored seed (a kinematic proposal, ``llp.motion.seeds``). Round k raises the last accepted
+reference and its box by ``height_step`` (``llp.motion.growth``), checks the proposal kinematically and
+against the taller box, trains a tracking policy on it (PPO on the stage's Ray pool, reference-state
+initialisation; round 1 from scratch, later rounds from the previous round's tracker), and runs ``trials``
+fresh rollouts from the first frame. The best successful rollout becomes round k's reference; a round whose
+success rate is below ``min_success`` is recorded with its numbers and ends the growth, with the reason.
+
+Outputs: the reference library (a dataset: ``index.json`` with every entry's provenance, one ``.npz`` per
+entry) and the tracker of the last accepted round, which the skill stages use as their DAgger teacher.
+A retried stage starts again from round 1 (a round takes minutes; nothing half-written is kept).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from llp.config.schema import check, field
+from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+
+
+def _actor() -> ActorConfig:
+    return ActorConfig(obs=["policy/proprio", "policy/reference", "policy/obstacle"], init_std=0.5)
+
+
+def _critic() -> CriticConfig:
+    return CriticConfig(obs=["critic/proprio", "critic/reference", "critic/obstacle", "critic/privileged"])
+
+
+@dataclass(kw_only=True)
+class ReferenceAugmentationConfig:
+    """Which seed grows, by how much per round, and the tracker's budget."""
+
+    seed: str = field(default="climb_step_25", doc="Motion seed (conf/seeds/).")
+    task: str = field(default="tracking", doc="Tracking task config (conf/task/).")
+    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
+    env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the tracking task config (validated).")
+    rounds: int = field(default=2, doc="Growth rounds after the seed.")
+    height_step: float = field(default=0.05, doc="Metres the obstacle and motion rise per round (paper: 5-10 cm).")
+    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor.")
+    iterations: int = field(default=1000, doc="PPO iterations of the first round's tracker (from scratch).")
+    iterations_per_round: int = field(default=500, doc="PPO iterations of each later round (from the last).")
+    checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
+    trials: int = field(default=32, doc="Dynamic acceptance: rollouts from the first frame per round.")
+    min_success: float = field(default=0.8, doc="Dynamic acceptance: the success rate a round needs.")
+    retries: int = field(default=1, doc="Prefect retries of this stage (each starts again from round 1).")
+    ppo: PPOConfig = field(default_factory=PPOConfig, doc="PPO settings.")
+    actor: ActorConfig = field(default_factory=_actor, doc="Tracking policy.")
+    critic: CriticConfig = field(default_factory=_critic, doc="Critic (reads body position errors too).")
+
+    def validate(self, path: str) -> None:
+        from llp.config.files import CONF_DIR
+        from llp.config.schema import ConfigError
+        from llp.motion.tracking import tracking_task
+
+        seeds = sorted(p.stem for p in (CONF_DIR / "seeds").glob("*.yaml"))
+        check(self.seed in seeds, f"{path}.seed", f"no seed {self.seed!r}; allowed values: {', '.join(seeds)}")
+        check(self.rounds >= 1, f"{path}.rounds", "must be >= 1")
+        check(0 < self.height_step <= 0.2, f"{path}.height_step", "must be in (0, 0.2] metres")
+        for name in ("envs_per_actor", "iterations", "iterations_per_round", "checkpoint_every", "trials"):
+            check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
+        check(0 <= self.min_success <= 1, f"{path}.min_success", "must be in [0, 1]")
+        try:
+            task = tracking_task(self.task, self.robot, self.env)
+        except ConfigError as err:
+            where = err.path if err.path in ("task", "robot") else f"env.{err.path}"
+            raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
+        for name, refs in (("actor", self.actor.obs), ("critic", self.critic.obs)):
+            for i, ref in enumerate(refs):
+                group, _, term = ref.partition("/")
+                check(
+                    term in task.observations.get(group, []),
+                    f"{path}.{name}.obs[{i}]",
+                    f"{ref!r} is not an observation of task {self.task!r} (it gives {task.observations})",
+                )
+
+
+def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[str, str]:
+    """Grow the seed round by round; returns {'library': dataset URI, 'tracker': models:/ URI}."""
+    from llp.config.files import named
+    from llp.config.schema import build
+    from llp.motion import acceptance as A
+    from llp.motion.growth import raise_reference
+    from llp.motion.library import Reference, ReferenceLibrary
+    from llp.motion.retarget import Retargeter, retarget_config
+    from llp.motion.scene import SceneModel
+    from llp.motion.seeds import seed_reference, seed_spec
+    from llp.motion.tracking import TrackingEnvConfig, tracking_task
+    from llp.sim.robot import RobotConfig
+
+    task = tracking_task(cfg.task, cfg.robot, cfg.env)
+    robot_cfg = build(RobotConfig, named("robot", cfg.robot), "robot")
+    rcfg = retarget_config(cfg.robot)
+    solver = Retargeter(rcfg, robot_cfg)
+    root = ctx.run_dir / "references" / ctx.stage
+    shutil.rmtree(root, ignore_errors=True)  # a retry starts again from round 1
+    library = ReferenceLibrary(root)
+    parent = library.add(seed_reference(seed_spec(cfg.seed)))
+    ctx.init_ray()
+    tracker, tracker_state, rounds, it0, stop = None, None, [], 0, ""
+    for r in range(1, cfg.rounds + 1):
+        qpos, obstacle, _ = raise_reference(solver, parent.qpos, parent.obstacle, cfg.height_step, parent.fps)
+        scene = SceneModel(robot_cfg, obstacle, rcfg.contact_frames)
+        proposal = [
+            A.kinematic(scene, qpos, parent.fps, rcfg.joint_speed_limit),
+            A.scene_relation(scene, qpos, parent.fps, parent.contacts, rcfg.penetration_limit, rcfg.contact_tolerance),
+        ]
+        ref_id = f"{cfg.seed}.r{r}"
+        common = dict(
+            id=ref_id, skill=parent.skill, seed=parent.seed, round=r, parent=parent.id, obstacle=obstacle,
+            contacts=parent.contacts, fps=parent.fps,
+        )  # fmt: skip
+        if not all(a.passed for a in proposal):
+            why = "; ".join(a.reason for a in proposal if not a.passed)
+            library.add(Reference(**common, made_by=f"raised {parent.id} by {cfg.height_step} m (IK)",
+                                  acceptance=[*proposal, A.not_run("dynamic", "the proposal failed its checks")],
+                                  qpos=qpos))  # fmt: skip
+            stop = f"round {r}: the raised proposal fails its checks ({why})"
+            break
+        env_cfg = TrackingEnvConfig(task=task, qpos=qpos, fps=parent.fps, obstacle=obstacle,
+                                    contacts=parent.contacts, reference_id=ref_id)  # fmt: skip
+        iterations = cfg.iterations if r == 1 else cfg.iterations_per_round
+        actor, tracker_state, history = _train_round(ctx, cfg, env_cfg, r, iterations, it0, tracker_state)
+        it0 += iterations
+        trials = run_trials(env_cfg, actor, cfg.trials, seed=ctx.seed + 7919 * r)
+        rate = sum(t["success"] for t in trials) / len(trials)
+        wins = sorted((t for t in trials if t["success"]), key=lambda t: t["tracking_error_m"])
+        motion = wins[0]["qpos"][: len(qpos)] if wins else qpos
+        passed = rate >= cfg.min_success
+        numbers = {"success_rate": rate, "trials": len(trials),
+                   "mean_frames": sum(t["frames"] for t in trials) / len(trials)}  # fmt: skip
+        why = "" if passed else f"{100 * rate:.0f}% of {len(trials)} trials succeed < {100 * cfg.min_success:.0f}%"
+        dynamic = A.Acceptance("dynamic", passed, numbers, why)
+        checks = [
+            A.kinematic(scene, motion, parent.fps, rcfg.joint_speed_limit * 2, tol=0.05),
+            A.scene_relation(scene, motion, parent.fps, parent.contacts, rcfg.penetration_limit * 2,
+                             rcfg.contact_tolerance * 2),
+            dynamic,
+        ]  # fmt: skip
+        error = wins[0]["tracking_error_m"] if wins else sum(t["tracking_error_m"] for t in trials) / len(trials)
+        made = (
+            f"physics rollout of the round-{r} tracker (best of {len(wins)} successful trials) over {parent.id} "
+            f"raised by {cfg.height_step} m"
+            if wins
+            else f"raised {parent.id} by {cfg.height_step} m (IK); no tracking rollout succeeded"
+        )
+        entry = library.add(Reference(**common, made_by=made, acceptance=checks, tracking_error_m=error,
+                                      success_rate=rate, qpos=motion))  # fmt: skip
+        rounds.append({"round": r, "id": ref_id, "height_m": obstacle.height, "tracking_error_m": error,
+                       "success_rate": rate, "iterations": iterations, "accepted": entry.accepted,
+                       "final_return": history[-1].get("episode/return") if history else None})  # fmt: skip
+        ctx.log_metrics({"round/height_m": obstacle.height, "round/success_rate": rate,
+                         "round/tracking_error_m": error}, step=r)  # fmt: skip
+        print(f"[llp] {ctx.stage}: round {r} at {100 * obstacle.height:.1f} cm: {100 * rate:.0f}% of "
+              f"{len(trials)} trials succeed, tracking error {100 * error:.1f} cm", flush=True)  # fmt: skip
+        if not entry.accepted:
+            failed = [a for a in checks if a.passed is False]
+            stop = f"round {r} fails its acceptance: " + "; ".join(f"{a.name}: {a.reason}" for a in failed)
+            break
+        tracker, parent = actor, entry
+    if stop:
+        print(f"[llp] {ctx.stage}: growth stops at {stop}", flush=True)
+    ctx.extra["growth"] = {"rounds": rounds, "stopped": stop}
+    ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
+    _pictures(ctx, library, robot_cfg, root)
+    outputs = {"library": ctx.register_dataset("library", root)}
+    if tracker is not None:
+        outputs["tracker"] = _register_tracker(ctx, tracker, task, robot_cfg)
+    return outputs
+
+
+def _train_round(ctx, cfg, env_cfg, r: int, iterations: int, it0: int, state_path):
+    """Train round ``r``'s tracker on the stage's pool, from the previous round's state when given."""
+    from llp.actors.pool import TrainingPool
+    from llp.learn.models import Actor
+    from llp.learn.spec import TrainSpec
+
+    spec = TrainSpec(env=env_cfg, envs_per_actor=cfg.envs_per_actor, seed=ctx.seed + r, actor=cfg.actor,
+                     critic=cfg.critic, ppo=cfg.ppo)  # fmt: skip
+    pool = TrainingPool(ctx.resources, spec)
+    history: list[dict] = []
+    try:
+        if state_path is not None:
+            pool.load(state_path)
+        progress = ctx.progress(iterations, 0, label=f"{ctx.stage} round {r}")
+        for i in range(iterations):
+            metrics = pool.iteration()
+            history.append({k: metrics[k] for k in ("episode/return", "episode/length") if k in metrics})
+            ctx.log_iteration({**metrics, "round": float(r)}, step=it0 + i)
+            progress.update(i, metrics)
+            if (i + 1) % cfg.checkpoint_every == 0 or i + 1 == iterations:
+                ctx.save_checkpoint(pool, it0 + i, history)
+            ctx.fault_point(it0 + i, pool)
+        actor = Actor(cfg.actor, pool.spaces["obs_dims"], pool.spaces["num_actions"])
+        actor.load_state_dict(pool.actor_state())
+        state_path = pool.save(str(ctx.run_dir / "checkpoints" / ctx.stage / f"round{r}.pt"), it0 + iterations - 1,
+                               history)  # fmt: skip
+    finally:
+        pool.close()
+    return actor, state_path, history
+
+
+def run_trials(env_cfg, actor, trials: int, seed: int) -> list[dict]:
+    """``trials`` rollouts of the deterministic policy from the reference's first frame (with the start noise
+    of training); one record each: success, fell, frames, tracking error, the trajectory."""
+    import torch
+
+    from llp.motion.tracking_env import TrackingEnv
+
+    env = TrackingEnv(env_cfg, trials, seed=seed)
+    obs = env.start_trials()
+    memory = actor.initial_memory(trials)
+    done = set()
+    with torch.no_grad():
+        while len(done) < trials:
+            mean, memory, _ = actor.step(actor.observe(obs), memory)
+            result = env.step(mean)
+            obs = result.obs
+            done |= {rec["env"] for rec in env.finished}
+    first = {}
+    for rec in env.finished:  # each env's first episode is its trial
+        first.setdefault(rec["env"], rec)
+    return [first[e] for e in sorted(first)]
+
+
+def _pictures(ctx, library, robot_cfg, root) -> None:
+    """A key-frame strip of each growth round's reference over its box, in the stage's MLflow run."""
+    from llp.motion.pictures import reference_strip
+
+    for entry in library.entries:
+        ref = library.get(entry.id, with_motion=True)
+        path = reference_strip(ref, robot_cfg, root.parent / "pictures" / f"{entry.id}.png")
+        ctx.log_file(path, "references/pictures")
+
+
+def _register_tracker(ctx, actor, task, robot_cfg) -> str:
+    import numpy as np
+
+    from llp.learn.export import export_actor
+    from llp.sim.robot import load_robot_spec
+
+    model = load_robot_spec(robot_cfg).compile()
+    joints = [int(model.actuator_trnid[a, 0]) for a in range(model.nu)]
+    names = [model.joint(j).name for j in joints]
+    module, policy_spec = export_actor(actor, robot=robot_cfg.name, action_scale=task.action_scale,
+                                       policy_dt=task.policy_dt, default_joint_pos=[0.0] * len(joints),
+                                       action_joints=names)  # fmt: skip
+    spec = policy_spec.to_dict()
+    spec["action_offset"] = "reference"  # joint target = the reference's next joint positions + scale x action
+    example = np.zeros((2, actor.num_frames * actor.obs_dim), dtype=np.float32)
+    return ctx.register_policy("tracker", module, spec, example)

@@ -1,0 +1,123 @@
+"""Reference augmentation's pieces: raising a reference with its box, and the physics tracking env."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from llp.config.files import named
+from llp.config.schema import build
+from llp.motion.growth import raise_reference, raised_targets
+from llp.motion.scene import Contact, ObstacleBox
+from llp.motion.seeds import seed_reference, seed_spec
+from llp.motion.tracking import TrackingEnvConfig, tracking_task
+from llp.motion.tracking_env import TrackingEnv
+from llp.sim.robot import RobotConfig
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return seed_reference(seed_spec("climb_step_25"))
+
+
+def _standing(frames: int, lift: float = 0.0) -> np.ndarray:
+    """The robot's crouch keyframe held for ``frames`` frames, its pelvis rising by ``lift`` metres."""
+    from llp.sim.robot import load_robot_spec
+
+    robot = build(RobotConfig, named("robot", "lightbot0_like"), "robot")
+    model = load_robot_spec(robot).compile()
+    q = np.repeat(model.key(robot.keyframe).qpos[None], frames, axis=0)
+    q[:, 2] = robot.base_height + 0.005 + np.linspace(0, lift, frames)
+    return q
+
+
+def _env(qpos: np.ndarray, n: int, **overrides) -> TrackingEnv:
+    box = ObstacleBox(kind="climb", height=0.25, depth=0.6, width=1.2, front_x=2.0)
+    contacts = [Contact(frame="left_foot", surface="floor", start=0.0, end=0.2)]
+    cfg = TrackingEnvConfig(task=tracking_task(overrides=overrides), qpos=qpos, fps=50.0, obstacle=box,
+                            contacts=contacts, reference_id="test")  # fmt: skip
+    return TrackingEnv(cfg, n, seed=3)
+
+
+def test_raising_lifts_what_stands_on_the_box_by_the_step_and_the_body_by_its_share():
+    box = ObstacleBox(kind="climb", height=0.25, depth=0.6, width=1.2, front_x=0.45)
+    floor, top = 0.046, 0.296
+    left = np.array([[0.0, 0.07, floor]] * 5 + [[0.5, 0.07, top]] * 5)
+    right = np.array([[0.0, -0.07, floor]] * 10)
+    pelvis = np.array([[0.0, 0.0, 0.44]] * 10)
+    out = raised_targets({"left_foot": left, "right_foot": right, "pelvis": pelvis}, box, dz=0.05)
+    np.testing.assert_allclose(out["left_foot"][:5], left[:5])
+    np.testing.assert_allclose(out["left_foot"][5:, 2], top + 0.05)
+    np.testing.assert_allclose(out["right_foot"], right)  # never left the floor
+    np.testing.assert_allclose(out["pelvis"][:5, 2], 0.44)
+    np.testing.assert_allclose(out["pelvis"][5:, 2], 0.44 + 0.025)  # one foot of two on the box
+
+
+def test_a_raised_seed_puts_both_feet_on_the_taller_box_and_passes_its_checks(seed):
+    from llp.motion import acceptance as A
+    from llp.motion.retarget import Retargeter, retarget_config
+    from llp.motion.scene import SceneModel
+
+    robot = build(RobotConfig, named("robot", "lightbot0_like"), "robot")
+    cfg = retarget_config("lightbot0_like")
+    solver = Retargeter(cfg, robot)
+    qpos, box, _ = raise_reference(solver, seed.qpos, seed.obstacle, 0.02, seed.fps)
+    assert box.height == pytest.approx(0.27) and qpos.shape == seed.qpos.shape
+    before, after = solver.frame_positions(seed.qpos), solver.frame_positions(qpos)
+    for foot in ("left_foot", "right_foot"):  # standing on top at the end, 2 cm higher (IK within 1 cm)
+        assert after[foot][-1, 2] - before[foot][-1, 2] == pytest.approx(0.02, abs=0.01)
+        assert after[foot][0, 2] == pytest.approx(before[foot][0, 2], abs=0.005)  # still on the floor at first
+    scene = SceneModel(robot, box, cfg.contact_frames)
+    assert A.kinematic(scene, qpos, seed.fps, cfg.joint_speed_limit).passed
+    relation = A.scene_relation(scene, qpos, seed.fps, seed.contacts, cfg.penetration_limit, cfg.contact_tolerance)
+    assert relation.passed, relation.reason
+
+
+def test_the_pd_controllers_alone_carry_a_standing_reference_to_the_end_and_it_counts_as_success():
+    env = _env(_standing(30), 6)
+    env.start_trials()
+    while len(env.finished) < 6:
+        result = env.step(torch.zeros(6, env.num_actions))
+    first = {rec["env"]: rec for rec in reversed(env.finished)}
+    assert len(first) == 6 and all(r["success"] and not r["fell"] for r in first.values())
+    hold = int(round(env.task.hold_s / env.dt))
+    assert all(r["frames"] == 29 + hold for r in first.values())  # every frame of the motion, then the hold
+    assert all(r["tracking_error_m"] < 0.08 for r in first.values())  # drifts a few cm, standing open loop
+    assert result.info["ends"]["end_of_reference"] >= 1 and result.info["ends"]["anchor_z"] == 0
+    assert all(len(r["qpos"]) == 30 + hold for r in first.values())  # the trajectory, start state included
+
+
+def test_a_reference_that_flies_away_ends_the_episode_by_the_pelvis_height_error():
+    env = _env(_standing(40, lift=0.6), 4, hold_s=0.0)
+    env.start_trials()
+    ends: dict[str, int] = {}
+    while len(env.finished) < 4:
+        result = env.step(torch.zeros(4, env.num_actions))
+        for cause, count in result.info["ends"].items():
+            ends[cause] = ends.get(cause, 0) + count
+    assert not any(r["success"] for r in env.finished) and all(r["fell"] for r in env.finished)
+    assert ends["anchor_z"] >= 4 and ends["end_of_reference"] == 0
+    assert max(r["frames"] for r in env.finished) < 39  # 0.25 m behind the reference long before its end
+
+
+def test_training_episodes_start_anywhere_in_the_reference_and_see_the_box_ahead(seed):
+    box = seed.obstacle
+    cfg = TrackingEnvConfig(task=tracking_task(), qpos=seed.qpos, fps=seed.fps, obstacle=box, contacts=seed.contacts,
+                            reference_id=seed.id)  # fmt: skip
+    env = TrackingEnv(cfg, 400, seed=1)
+    starts = env.start_frame
+    assert 0.05 < np.mean(starts == 0) < 0.2  # start_at_zero 0.1, plus the uniform draws of frame 0
+    assert starts.max() > 0.8 * len(seed.qpos) and len(np.unique(starts)) > 100
+    np.testing.assert_allclose(env.qpos[:, 2], seed.qpos[starts, 2], atol=1e-6)  # the reference's pose there
+    obstacle = env.reset()["policy"]["obstacle"].numpy()
+    np.testing.assert_allclose(obstacle[:, 0], box.front_x - env.qpos[:, 0], atol=1e-5)
+    np.testing.assert_allclose(obstacle[:, 3], box.height, atol=1e-6)
+    trials = env.start_trials()
+    assert (env.start_frame == 0).all() and trials["policy"]["reference"].shape[1] == 2 * 21 + 7
+
+
+def test_a_reference_at_another_frame_rate_is_refused_with_the_reason(seed):
+    with pytest.raises(ValueError, match="runs at 30.0 fps; the tracking policy at 50 Hz"):
+        TrackingEnvConfig(task=tracking_task(), qpos=seed.qpos, fps=30.0, obstacle=seed.obstacle,
+                          contacts=seed.contacts, reference_id="slow")  # fmt: skip
