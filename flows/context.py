@@ -175,9 +175,13 @@ class StageContext:
         crashes the stage after that iteration; <stage>@<iteration>:nan<K> makes the trainer's next K updates
         see a NaN reward; :killsim kills simulator actor 0's process (Ray replaces it); :pause<S> waits S seconds
         (a window for outside drills: removing a node, stopping a server). Several, comma-separated, may be
-        given. Stages call it after every iteration, checkpointed or not."""
+        given. LLP_INJECT_FAULT_RUNS=<run id>,... limits the drills to those pipeline runs (one trial of a
+        sweep). Stages call it after every iteration, checkpointed or not."""
         spec = os.environ.get("LLP_INJECT_FAULT", "")
         if not spec:
+            return
+        runs = [r for r in os.environ.get("LLP_INJECT_FAULT_RUNS", "").split(",") if r]
+        if runs and self.pipeline_run not in runs:
             return
         for item in spec.split(","):
             stage, _, at = item.partition("@")

@@ -63,6 +63,9 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     # what was asked is checked first: the run's name and folder, then the stage selection
     check_run_id(run_id)
     check_run_root(cfg.run_root)
+    bad_tags = [t for t in getattr(args, "tag", []) if "=" not in t or not t.split("=", 1)[0].strip()]
+    if bad_tags:
+        raise ValueError(f"--tag {bad_tags[0]!r}: expected KEY=VALUE (an MLflow tag on the pipeline run)")
     if args.cluster:
         os.environ["RAY_ADDRESS"] = args.cluster
     select_stages(list(cfg.stages), args.from_stage, args.until_stage, args.force)
@@ -78,7 +81,10 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
             from llp.flows.run_state import reconcile
 
             reconcile(run_root.resolve(), run_id, prefect=True)
-        tags = {"llp.ablation": args.ablation} if getattr(args, "ablation", None) else None
+        tags = dict(t.split("=", 1) for t in getattr(args, "tag", []))
+        if getattr(args, "ablation", None):
+            tags["llp.ablation"] = args.ablation
+        tags = tags or None
         result = run_pipeline(
             cfg, run_id, from_stage=args.from_stage, until_stage=args.until_stage, force=args.force, tags=tags
         )
@@ -140,6 +146,56 @@ def cmd_ablations(args: argparse.Namespace) -> int:
     print("\nleft out (their stages are absent):")
     for name, why in LEFT_OUT.items():
         print(f"  {name}: {why}")
+    return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """Ablations x seeds as one Ray Tune sweep of pipeline runs; prints one row per trial."""
+    import time
+    from pathlib import Path
+
+    from llp.config.ablation import load_ablation
+    from llp.flows.ablate import BASELINE, check_sweep_id, run_sweep
+    from llp.flows.run_request import check_run_root
+    from llp.stages.registry import load_pipeline
+
+    root = Path(args.run_root)
+    check_run_root(str(root))
+    if args.resume:
+        sweep, names, seeds = args.resume, [], []
+        check_sweep_id(sweep)
+    else:
+        if not args.names:
+            raise ValueError("name at least one ablation (see `llp ablations`)")
+        if args.seeds < 1:
+            raise ValueError(f"--seeds {args.seeds}: must be >= 1")
+        if args.concurrent < 1:
+            raise ValueError(f"--concurrent {args.concurrent}: must be >= 1")
+        load_pipeline(args.profile, list(args.set) + [f"run_root={root}"])  # every trial's config is checked
+        for name in args.names:  # before the sweep starts
+            if name == BASELINE:
+                raise ValueError(f"{BASELINE!r} is always in the sweep (unless --no-baseline); name ablations")
+            load_pipeline(args.profile, load_ablation(name).sets + list(args.set) + [f"run_root={root}"])
+        names = ([] if args.no_baseline else [BASELINE]) + list(dict.fromkeys(args.names))
+        seeds = list(range(args.seeds))
+        sweep = args.sweep_id or time.strftime("sweep-%Y%m%d-%H%M%S")
+        check_sweep_id(sweep)
+        print(f"[llp] sweep {sweep}: {len(names)} setting(s) x {len(seeds)} seed(s) = {len(names) * len(seeds)} "
+              f"pipeline runs ({args.profile}), {args.concurrent} at a time; state in {root}/sweeps/{sweep}",
+              flush=True)  # fmt: skip
+    rows = run_sweep(names, seeds, args.profile, list(args.set), root, sweep, resume=bool(args.resume),
+                     concurrent=args.concurrent)  # fmt: skip
+    print("| setting | seed | run | trial | stages executed |\n|---|---|---|---|---|")
+    for r in rows:
+        ran = ", ".join(f"{k} {v}" for k, v in r["executions"].items()) or "-"
+        print(f"| {r['ablation']} | {r['seed']} | {r['run_id']} | {r['status']} | {ran} |")
+    failed = [r for r in rows if r["status"] != "done"]
+    for r in failed:
+        print(f"llp: trial {r['run_id']} failed: {r['error']}", file=sys.stderr)
+    if failed:
+        print(f"llp: `llp ablate --resume {sweep} --run-root {root}` runs only the unfinished trials", file=sys.stderr)
+        return 1
+    print(f"compare them: `llp compare llp.sweep={sweep} --run-root {root}`")
     return 0
 
 
@@ -622,7 +678,23 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--run-id", help="name of the run (default: a timestamp)")
     q.add_argument("--ablation", metavar="NAME",
                    help="change one training condition (conf/ablation/NAME.yaml; see `llp ablations`)")  # fmt: skip
+    q.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra MLflow tag on the pipeline run (repeatable), e.g. llp.sweep=S1")  # fmt: skip
     q.set_defaults(fn=cmd_run)
+
+    q = sub.add_parser("ablate", help="run ablations x seeds as one Ray Tune sweep that shares untouched stages")
+    q.add_argument("names", nargs="*", help="ablations (see `llp ablations`); the sweep adds the baseline")
+    q.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 per setting (default 1)")
+    q.add_argument("--profile", default="local", help=PROFILE_HELP)
+    q.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override one config value in every trial (repeatable)")  # fmt: skip
+    q.add_argument("--run-root", default="runs", help="where the trials' runs and the sweep live (default runs)")
+    q.add_argument("--sweep-id", help="name of the sweep (default: a timestamp)")
+    q.add_argument("--resume", metavar="SWEEP", help="continue an interrupted sweep: only unfinished trials run")
+    q.add_argument("--concurrent", type=int, default=1, metavar="N",
+                   help="trials at once (default 1: on one machine, trials would share its cores)")  # fmt: skip
+    q.add_argument("--no-baseline", action="store_true", help="leave the unchanged recipe out of the sweep")
+    q.set_defaults(fn=cmd_ablate)
 
     q = sub.add_parser("ablations", help="list the ablations (conf/ablation/) and the paper's that are left out")
     q.set_defaults(fn=cmd_ablations)
@@ -751,7 +823,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llp: config error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
-        if args.command in ("run", "resume", "submit", "compare", "evaluate", "seeds", "refs", "play", "render"):
+        if args.command in ("run", "resume", "submit", "ablate", "compare", "evaluate", "seeds", "refs", "play",
+                            "render"):  # fmt: skip
             print(f"llp: {err}", file=sys.stderr)
             return 2
         raise

@@ -124,16 +124,21 @@ def test_llp_ui_shows_the_flow_run_and_the_mlflow_runs_of_a_finished_run(local_r
         prefect = browse(ui.urls["Prefect"], out / "ui_prefect.png")
         # the flow run is named after the llp run id; its graph (a canvas: see the screenshot) shows the stage
         # tasks, and each task's own page shows its state
-        assert "Flow Run: ui-ok" in prefect and "Completed" in prefect and "2 Task runs" in prefect, prefect[:2000]
+        assert "Flow Run: ui-ok" in prefect and "Completed" in prefect and "3 Task runs" in prefect, prefect[:2000]
         tasks = task_runs(ui.urls["Prefect"])
-        assert sorted(tasks.values()) == [("evaluate", "Completed"), ("locomotion_teacher", "Completed")]
+        assert sorted(tasks.values()) == [
+            ("evaluate", "Completed"),
+            ("locomotion_teacher", "Completed"),
+            ("reference_augmentation", "Completed"),
+        ]
         base = ui.urls["Prefect"].split("/runs/")[0]
         for task_id, (name, state) in tasks.items():
             page = browse(f"{base}/runs/task-run/{task_id}")
             assert name in page and state in page, page[:2000]
         mlflow = browse(ui.urls["MLflow"], out / "ui_mlflow.png")
         assert "pipeline ui-ok" in mlflow and "Status Finished" in mlflow, mlflow[:2000]
-        assert re.search(r"Child runs (evaluate|locomotion_teacher) , (evaluate|locomotion_teacher)", mlflow)
+        stage = "(evaluate|locomotion_teacher|reference_augmentation)"
+        assert re.search(rf"Child runs {stage} , {stage} , {stage}", mlflow), mlflow[:2000]
         base = ui.urls["MLflow"].split("/#/")[0]
         model = browse(f"{base}/#/models/llp-locomotion-teacher/versions/1", out / "ui_mlflow_model.png")
         for tag in ("llp.pipeline_run", "llp.code_version", "llp.inputs"):

@@ -23,7 +23,8 @@ LEFT_OUT = {
     "perfect_camera": "a noise- and latency-free camera: the depth student stage is not built yet (issue 11)",
     "no_amp": "transition training without the motion prior: that stage is not built yet (issue 10)",
     "no_transition_group": "no transition training: that stage is not built yet (issue 10)",
-    "single_reference": "no reference growth: the reference augmentation stage is not built yet (issue 9)",
+    "single_reference": "skills learned from the seed alone, without growth: the skill expert stages that would "
+    "learn from it are not built yet (issue 10); reference augmentation itself is stage 2",
 }
 
 

@@ -1,0 +1,83 @@
+"""`llp ablate`: a two-ablation sweep on the smoke profile, end to end, through Ray Tune."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import BUCKET, SECRET
+
+SWEEP = "S"
+
+
+def _ledger(root, run: str) -> dict:
+    return json.loads((root / run / "ledger.json").read_text())
+
+
+@pytest.mark.fault
+def test_a_sweep_shares_untouched_stages_and_resuming_it_runs_only_the_failed_trial(services, tmp_path, llp):
+    """Baseline, paper_rewards and no_privileged_critic on the smoke profile. Both ablations change the teacher,
+    none the reference augmentation: it runs once in the sweep and is cached in the other trials. The third
+    trial's teacher crashes (an injected fault, no retries); `llp ablate --resume` then runs only that trial,
+    continuing its pipeline run, and every trial is an MLflow run tagged with its sweep, ablation and seed."""
+    root = tmp_path / "runs"
+    failing = f"{SWEEP}-no_privileged_critic-s0"
+    args = ["ablate", "paper_rewards", "no_privileged_critic", "--profile", "smoke", "--run-root", str(root),
+            "--sweep-id", SWEEP, "--set", "stages.locomotion_teacher.retries=0"]  # fmt: skip
+    fault = {"LLP_INJECT_FAULT": "locomotion_teacher@1", "LLP_INJECT_FAULT_RUNS": failing}
+    first = llp(*args, env={**services["env"], **fault}, timeout=1200)
+    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+    assert f"trial {failing} failed" in first.stderr and f"llp ablate --resume {SWEEP}" in first.stderr
+    runs = [f"{SWEEP}-baseline-s0", f"{SWEEP}-paper_rewards-s0", failing]
+    books = {r: _ledger(root, r) for r in runs}
+    assert [books[r]["state"] for r in runs] == ["completed", "completed", "failed"]
+    ran = {r: {n: s["executions"] for n, s in books[r]["stages"].items()} for r in runs[:2]}
+    assert ran[runs[0]] == {"locomotion_teacher": 1, "reference_augmentation": 1, "evaluate": 1}
+    assert ran[runs[1]] == {"locomotion_teacher": 1, "reference_augmentation": 0, "evaluate": 1}  # shared
+    assert books[runs[1]]["stages"]["reference_augmentation"]["state"] == "cached"
+    finished = {r: (root / r / "ledger.json").stat().st_mtime for r in runs[:2]}
+
+    resumed = llp("ablate", "--resume", SWEEP, "--run-root", str(root), env=services["env"], timeout=1200)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    book = _ledger(root, failing)
+    assert book["state"] == "completed"
+    assert book["stages"]["reference_augmentation"]["state"] == "cached"  # still the baseline's execution
+    assert {r: (root / r / "ledger.json").stat().st_mtime for r in runs[:2]} == finished  # not run again
+    logs = {r: (root / "sweeps" / SWEEP / "logs" / f"{r}.log").read_text() for r in runs}
+    commands = {r: [line for line in text.splitlines() if line.startswith("$ ")] for r, text in logs.items()}
+    assert [len(commands[r]) for r in runs] == [1, 1, 2]
+    assert " run " in commands[failing][0] and f" resume {failing} " in commands[failing][1]
+    for r in runs:
+        assert f"| {r.split('-')[1]} | 0 | {r} | done |" in resumed.stdout
+    # the trials in MLflow, found by the sweep's tag
+    import mlflow
+
+    client = mlflow.MlflowClient(services["env"]["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name("llp")
+    found = client.search_runs([exp.experiment_id], f"tags.`llp.sweep` = '{SWEEP}' and tags.`llp.kind` = 'pipeline'")
+    tags = sorted((r.data.tags["llp.ablation"], r.data.tags["llp.seed"], r.data.tags["llp.pipeline_run"]) for r in found)
+    assert tags == sorted([("baseline", "0", runs[0]), ("paper_rewards", "0", runs[1]),
+                           ("no_privileged_critic", "0", failing)])  # fmt: skip
+    # nothing the sweep stored holds a credential
+    for path in (root / "sweeps").rglob("*"):
+        if path.is_file() and path.stat().st_size < 20_000_000:
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert BUCKET  # the trials' artifacts went to the test bucket through the shared MLflow server
+
+
+def test_bad_sweeps_are_refused_before_anything_starts(tmp_path, llp):
+    root = tmp_path / "runs"
+    cases = [
+        (["ablate", "--run-root", str(root)], "name at least one ablation"),
+        (["ablate", "no_gru", "--run-root", str(root)], "no ablation named 'no_gru' (an MLP depth student"),
+        (["ablate", "paper_rewards", "--seeds", "0", "--run-root", str(root)], "--seeds 0: must be >= 1"),
+        (["ablate", "paper_rewards", "--sweep-id", "../x", "--run-root", str(root)], "sweep id '../x'"),
+        (["ablate", "--resume", "nope", "--run-root", str(root)], "no sweep 'nope' to resume"),
+        (["ablate", "paper_rewards", "--set", "stages.evaluate.trials=-1", "--run-root", str(root)],
+         "stages.evaluate.trials"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        result = llp(*argv, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, (argv, result.stderr[-2000:])
+    assert not (root / "sweeps").exists() or not any((root / "sweeps").rglob("tuner.pkl"))
