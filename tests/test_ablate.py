@@ -56,7 +56,7 @@ def test_a_sweep_shares_untouched_stages_and_resuming_it_runs_only_the_failed_tr
     client = mlflow.MlflowClient(services["env"]["MLFLOW_TRACKING_URI"])
     exp = client.get_experiment_by_name("llp")
     found = client.search_runs([exp.experiment_id], f"tags.`llp.sweep` = '{SWEEP}' and tags.`llp.kind` = 'pipeline'")
-    tags = sorted((r.data.tags["llp.ablation"], r.data.tags["llp.seed"], r.data.tags["llp.pipeline_run"]) for r in found)
+    tags = sorted((t["llp.ablation"], t["llp.seed"], t["llp.pipeline_run"]) for t in (r.data.tags for r in found))
     assert tags == sorted([("baseline", "0", runs[0]), ("paper_rewards", "0", runs[1]),
                            ("no_privileged_critic", "0", failing)])  # fmt: skip
     # nothing the sweep stored holds a credential

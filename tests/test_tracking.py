@@ -54,6 +54,16 @@ def test_raising_lifts_what_stands_on_the_box_by_the_step_and_the_body_by_its_sh
     np.testing.assert_allclose(out["pelvis"][5:, 2], 0.44 + 0.025)  # one foot of two on the box
 
 
+def test_a_foot_that_sank_into_the_box_in_physics_is_proposed_on_the_raised_top():
+    box = ObstacleBox(kind="climb", height=0.25, depth=0.6, width=1.2, front_x=0.45)
+    ankle = 0.047
+    sunk = np.array([[0.0, 0.07, ankle - 0.008]] * 3 + [[0.6, 0.07, 0.25 + ankle - 0.01]] * 3)  # 1 cm into the top
+    still = np.array([[0.0, -0.07, ankle]] * 6)
+    out = raised_targets({"left_foot": sunk, "right_foot": still, "pelvis": np.zeros((6, 3))}, box, 0.03, ankle)
+    np.testing.assert_allclose(out["left_foot"][:3, 2], ankle)  # on the floor, not 8 mm in it
+    np.testing.assert_allclose(out["left_foot"][3:, 2], 0.28 + ankle)  # on the raised top, not 1 cm in it
+
+
 def test_a_raised_seed_puts_both_feet_on_the_taller_box_and_passes_its_checks(seed):
     from llp.motion import acceptance as A
     from llp.motion.retarget import Retargeter, retarget_config
