@@ -636,8 +636,8 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 PROFILE_HELP = (
     "conf/profile/<name>.yaml. local (the default): a walking teacher, the climb reference grown two rounds "
-    "and the evaluation, about 80 min on 2 cores; smoke: every stage for a few iterations, about 2 min (the tests); cluster: the paper's budgets, "
-    "for a Ray cluster with GPUs (days)"
+    "and the evaluation, about 80 min on 2 cores; smoke: every stage for a few iterations, about 2 min (the "
+    "tests); cluster: the paper's budgets, for a Ray cluster with GPUs (days)"
 )
 
 

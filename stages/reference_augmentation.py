@@ -104,7 +104,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     library = ReferenceLibrary(root)
     parent = library.add(seed_reference(seed_spec(cfg.seed)))
     ctx.init_ray()
-    tracker, tracker_state, rounds, it0, stop = None, None, [], 0, ""
+    tracker, tracker_state, rounds, it0, stop, curve = None, None, [], 0, "", []
     for r in range(1, cfg.rounds + 1):
         qpos, obstacle, _ = raise_reference(solver, parent.qpos, parent.obstacle, cfg.height_step, parent.fps)
         scene = SceneModel(robot_cfg, obstacle, rcfg.contact_frames)
@@ -132,6 +132,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
                                     contacts=parent.contacts, reference_id=ref_id)  # fmt: skip
         iterations = cfg.iterations if r == 1 else cfg.iterations_per_round
         actor, tracker_state, history = _train_round(ctx, cfg, env_cfg, r, iterations, it0, tracker_state)
+        curve += history
         it0 += iterations
         trials = run_trials(env_cfg, actor, cfg.trials, seed=ctx.seed + 7919 * r)
         rate = sum(t["success"] for t in trials) / len(trials)
@@ -173,6 +174,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         print(f"[llp] {ctx.stage}: growth stops at {stop}", flush=True)
     ctx.extra["growth"] = {"rounds": rounds, "stopped": stop}
     ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
+    ctx.log_learning_curve(curve)  # every round's iterations, one after the other
     _pictures(ctx, library, robot_cfg, root)
     outputs = {"library": ctx.register_dataset("library", root)}
     if tracker is not None:
