@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import BUCKET, SECRET
 
 SWEEP = "S"
+EXPERIMENT = "llp-sweep-test"  # its own MLflow experiment: other tests on the same server search by the same tags
 
 
 def _ledger(root, run: str) -> dict:
@@ -24,7 +25,8 @@ def test_a_sweep_shares_untouched_stages_and_resuming_it_runs_only_the_failed_tr
     root = tmp_path / "runs"
     failing = f"{SWEEP}-no_privileged_critic-s0"
     args = ["ablate", "paper_rewards", "no_privileged_critic", "--profile", "smoke", "--run-root", str(root),
-            "--sweep-id", SWEEP, "--set", "stages.locomotion_teacher.retries=0"]  # fmt: skip
+            "--sweep-id", SWEEP, "--set", "stages.locomotion_teacher.retries=0",
+            "--set", f"experiment={EXPERIMENT}"]  # fmt: skip
     fault = {"LLP_INJECT_FAULT": "locomotion_teacher@1", "LLP_INJECT_FAULT_RUNS": failing}
     first = llp(*args, env={**services["env"], **fault}, timeout=1200)
     assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
@@ -54,11 +56,18 @@ def test_a_sweep_shares_untouched_stages_and_resuming_it_runs_only_the_failed_tr
     import mlflow
 
     client = mlflow.MlflowClient(services["env"]["MLFLOW_TRACKING_URI"])
-    exp = client.get_experiment_by_name("llp")
+    exp = client.get_experiment_by_name(EXPERIMENT)
     found = client.search_runs([exp.experiment_id], f"tags.`llp.sweep` = '{SWEEP}' and tags.`llp.kind` = 'pipeline'")
     tags = sorted((t["llp.ablation"], t["llp.seed"], t["llp.pipeline_run"]) for t in (r.data.tags for r in found))
     assert tags == sorted([("baseline", "0", runs[0]), ("paper_rewards", "0", runs[1]),
                            ("no_privileged_critic", "0", failing)])  # fmt: skip
+    # and `llp compare llp.sweep=S` puts them side by side, a column per setting beside the paper's
+    out = tmp_path / "cmp"
+    compared = llp("compare", f"llp.sweep={SWEEP}", "--experiment", EXPERIMENT, "--out", str(out),
+                   env=services["env"], timeout=300)  # fmt: skip
+    assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
+    md = (out / "report.md").read_text()
+    assert "| setting | baseline | paper_rewards | no_privileged_critic | paper (reported) |" in md
     # nothing the sweep stored holds a credential
     for path in (root / "sweeps").rglob("*"):
         if path.is_file() and path.stat().st_size < 20_000_000:

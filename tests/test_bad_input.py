@@ -134,7 +134,7 @@ def cli_cases(tmp):
         (["resume", "nosuch", "--run-root", str(tmp / "old")], "no pipeline run 'nosuch' under"),
         (["resume", "../x", "--run-root", str(tmp / "old")], "run '../x': a run id is 1-64 letters"),
         (["seeds", "nosuch", "--out", str(tmp / "refs")], "no seeds named 'nosuch'"),
-        (["refs", str(tmp)], "is not a reference library"),
+        (["refs", str(tmp)], "is neither a reference library (no index.json) nor a pipeline run"),
         (["evaluate", "--model", "notauri"], "expected a models:/ URI, got 'notauri'"),
         (["evaluate", "--model", "stand-still", "--trials", "0"], "--trials must be >= 1"),
     ]

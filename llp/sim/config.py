@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llp.config.schema import check, field
+from llp.sim.camera_model import CameraModelConfig
 from llp.sim.rewards import REWARD_TERMS, term_parameters
 from llp.sim.robot import RobotConfig
 from llp.sim.sensors import DepthCameraConfig, FootRaysConfig, HeightScanConfig
@@ -151,6 +152,11 @@ class EnvConfig:
     height_scan: HeightScanConfig = field(default_factory=HeightScanConfig, doc="Height scan around the base.")
     foot_rays: FootRaysConfig = field(default_factory=FootRaysConfig, doc="Rays under each foot.")
     depth_camera: DepthCameraConfig = field(default_factory=DepthCameraConfig, doc="Chest depth camera.")
+    camera_model: CameraModelConfig = field(
+        default_factory=CameraModelConfig,
+        doc="What the real camera does to its images (noise, scale, dropouts, frame rate, latency); perfect by "
+        "default (exact images at every tick).",
+    )
     camera_envs: int | None = field(
         default=None, doc="Envs (the first ones) that render depth when a group needs it; null = all."
     )

@@ -19,6 +19,7 @@ import torch
 from mujoco.batch import Batch
 
 from llp.sim import rewards as reward_terms
+from llp.sim.camera_model import CameraModel
 from llp.sim.config import EnvConfig
 from llp.sim.math3d import rotate_into_yaw_frame, wrap_angle, yaw_and_gravity, yaw_quat
 from llp.sim.robot import default_joint_positions, policy_joint_indices
@@ -99,6 +100,11 @@ class ParkourEnv:
         needed = {t for terms in self.groups.values() for t in terms}
         self.depth = DepthCamera(cfg.depth_camera, self.scene.tile_models, self.terrain) if "depth" in needed else None
         self.camera_envs = num_envs if cfg.camera_envs is None else min(cfg.camera_envs, num_envs)
+        self.camera = None  # a perfect camera renders exact images whenever observations are computed
+        if self.depth is not None and not cfg.camera_model.perfect:
+            shape = (cfg.depth_camera.height, cfg.depth_camera.width)
+            self.camera = CameraModel(cfg.camera_model, self.camera_envs, shape, cfg.policy_dt,
+                                      cfg.depth_camera.far, seed=seed + 17)  # fmt: skip
         self.num_columns = self.terrain.num_columns
         tiles = self.terrain.tiles
         self.tile_origin = np.array([t.origin for t in tiles])
@@ -204,6 +210,8 @@ class ParkourEnv:
         self._randomize(ids)
         self.batch.set_models(self.env_models)
         self.batch.forward(ids)
+        if self.camera is not None:  # the camera's new episode starts with a frame of the spawn pose
+            self.camera.reset(ids[ids < self.camera_envs], self._render_images, self.max_episode_length)
 
         self.actions[ids] = 0.0
         self.last_actions[ids] = 0.0
@@ -280,6 +288,8 @@ class ParkourEnv:
         if len(due):
             self._resample_commands(due)
         self._push()
+        if self.camera is not None:  # a tick of the camera: frames due are captured, frames arrived are read
+            self.camera.step(self._render_images)
 
         self.last_foot_vel[:] = self.foot_vel
         s = self._read_state()
@@ -504,15 +514,21 @@ class ParkourEnv:
         self._obs_buf[name][sel] = values
 
     def _render_depth(self, ids: np.ndarray | None) -> None:
-        envs = np.arange(self.camera_envs) if ids is None else ids[ids < self.camera_envs]
-        if len(envs) == 0:
+        if self.camera is not None:  # the camera model: what the policy reads was captured at ticks and resets
+            self._depth_buf[: self.camera_envs] = self.camera.image
             return
+        envs = np.arange(self.camera_envs) if ids is None else ids[ids < self.camera_envs]
+        if len(envs):
+            self._depth_buf[envs] = self._render_images(envs)
+
+    def _render_images(self, envs: np.ndarray) -> np.ndarray:
+        """Exact depth images [k, H, W] (metres) of envs ``envs`` at their current state."""
         cam = self.scene.camera_site
         pos = self.site_xpos[envs, cam]
         mat = self.site_xmat[envs, cam].reshape(-1, 3, 3)
         images = np.empty((len(envs), *self._depth_buf.shape[1:]))
         self.depth.render(self.tile_ids[envs], pos, mat, images)
-        self._depth_buf[envs] = images
+        return images
 
     def _obs_tensors(self) -> Obs:
         copies = {name: torch.from_numpy(buf.copy()) for name, buf in self._obs_buf.items()}
