@@ -171,7 +171,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
             break
         tracker, parent = actor, entry
     if stop:
-        print(f"[llp] {ctx.stage}: growth stops at {stop}", flush=True)
+        print(f"[llp] {ctx.stage}: growth stops: {stop}", flush=True)
     ctx.extra["growth"] = {"rounds": rounds, "stopped": stop}
     ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
     ctx.log_learning_curve(curve)  # every round's iterations, one after the other
