@@ -15,7 +15,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
-from llp.stages.common import checked_env_config
+from llp.stages.common import check_network_obs, checked_env_config
 
 
 def _actor() -> ActorConfig:
@@ -55,14 +55,7 @@ class LocomotionTeacherConfig:
         )
         env = checked_env_config(self.task, self.robot, self.env, path)
         produced = {group: list(terms) for group, terms in env.observations.items()}
-        for name, refs in (("actor", self.actor.obs), ("critic", self.critic.obs)):
-            for i, ref in enumerate(refs):
-                group, _, term = ref.partition("/")
-                check(
-                    term in produced.get(group, []),
-                    f"{path}.{name}.obs[{i}]",
-                    f"{ref!r} is not an observation of task {self.task!r} (it gives {produced})",
-                )
+        check_network_obs(self, self.task, produced, path)
 
 
 def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, str]:

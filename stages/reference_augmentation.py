@@ -20,6 +20,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.stages.common import check_network_obs
 
 # physics rollouts are checked with twice the IK's tolerances: soft contacts sink about 1 cm, joints overshoot
 # their limits by a few hundredths of a radian and their speed limit briefly
@@ -72,14 +73,7 @@ class ReferenceAugmentationConfig:
         except ConfigError as err:
             where = err.path if err.path in ("task", "robot") else f"env.{err.path}"
             raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
-        for name, refs in (("actor", self.actor.obs), ("critic", self.critic.obs)):
-            for i, ref in enumerate(refs):
-                group, _, term = ref.partition("/")
-                check(
-                    term in task.observations.get(group, []),
-                    f"{path}.{name}.obs[{i}]",
-                    f"{ref!r} is not an observation of task {self.task!r} (it gives {task.observations})",
-                )
+        check_network_obs(self, self.task, {g: list(t) for g, t in task.observations.items()}, path)
 
 
 def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[str, str]:
