@@ -41,6 +41,10 @@ class HoldsLearner:
     def actor_state(self) -> dict:
         return self.learner.actor.state_dict()
 
+    def set_rule(self, ppo, fresh_learning_rate: bool) -> None:
+        """Go on under another learning rule (a stage's next phase) with the same networks and optimiser."""
+        self.learner.ppo.set_rule(ppo, fresh_learning_rate)
+
     def inject_nonfinite(self, count: int) -> None:
         """Chaos drill: the next ``count`` updates see a NaN reward (``LLP_INJECT_FAULT=<stage>@<it>:nan<count>``)."""
         self.learner.poison_next = count

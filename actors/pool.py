@@ -148,6 +148,14 @@ class TrainingPool:
     def actor_state(self) -> dict:
         return ray.get(self._holder().actor_state.remote())
 
+    def set_rule(self, ppo, fresh_learning_rate: bool = True) -> None:
+        """Every learner goes on under the learning rule ``ppo`` (same rollout length: the simulators keep
+        theirs), from the networks and optimiser it has."""
+        if ppo.num_steps != self.spec.ppo.num_steps:
+            raise ValueError(f"a new learning rule must keep num_steps {self.spec.ppo.num_steps}, got {ppo.num_steps}")
+        holders = [self.colocated] if self.mode == "colocated" else self.learners
+        ray.get([h.set_rule.remote(ppo, fresh_learning_rate) for h in holders])
+
     def inject_nonfinite(self, count: int) -> None:
         ray.get(self._holder().inject_nonfinite.remote(count))
 

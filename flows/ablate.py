@@ -51,6 +51,8 @@ def pipeline_trial(config: dict) -> None:
             cmd += ["--ablation", config["ablation"]]
         for s in config["sets"]:
             cmd += ["--set", s]
+    if config.get("until_stage"):  # the sweep's last stage, for a first run and a resumed one alike
+        cmd += ["--until-stage", config["until_stage"]]
     sweep_dir = run_root / "sweeps" / config["sweep"]
     # the worker inherited the environment of the `llp ablate` that started Ray, except the Prefect API (kept
     # from actors); that command left it in a file, so that nothing but non-secret settings is ever stored
@@ -84,7 +86,7 @@ def check_sweep_id(sweep: str) -> None:
 
 def run_sweep(
     names: list[str], seeds: list[int], profile: str, sets: list[str], run_root: Path, sweep: str,
-    *, resume: bool = False, concurrent: int = 1,
+    *, resume: bool = False, concurrent: int = 1, until_stage: str | None = None,
 ) -> list[dict]:  # fmt: skip
     """Run the sweep (or resume it); one row per trial: ablation, seed, run id, status, stage executions."""
     from ray import tune
@@ -112,6 +114,7 @@ def run_sweep(
                 "ablation": tune.grid_search(names),
                 "seed": tune.grid_search(seeds),
                 "sweep": sweep, "profile": profile, "sets": sets, "run_root": str(run_root.resolve()),
+                "until_stage": until_stage,
             }  # fmt: skip
             tuner = tune.Tuner(
                 trainable,

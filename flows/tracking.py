@@ -309,3 +309,25 @@ def version_tags(uri: str) -> dict[str, str]:
 
 def log_json(run_id: str, data: Any, artifact_file: str) -> None:
     MlflowClient().log_dict(run_id, json.loads(json.dumps(data, default=str)), artifact_file)
+
+
+def tag_version(uri: str, key: str, value: str) -> None:
+    name, version = parse_model_uri(uri)
+    MlflowClient().set_model_version_tag(name, version, key, value)
+
+
+def lineage_chain(uri: str) -> list[dict[str, str]]:
+    """``uri`` and every model upstream of it, following each version's ``llp.inputs`` tag: one entry per model
+    (uri, the stage that made it, its pipeline run), nearest first."""
+    chain, todo, seen = [], [uri], set()
+    while todo:
+        current = todo.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        tags = version_tags(current)
+        chain.append(
+            {"uri": current, "stage": tags.get("llp.stage", ""), "pipeline_run": tags.get("llp.pipeline_run", "")}
+        )
+        todo += [v for v in json.loads(tags.get("llp.inputs", "{}")).values() if isinstance(v, str)]
+    return chain

@@ -171,7 +171,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             raise ValueError(f"--seeds {args.seeds}: must be >= 1")
         if args.concurrent < 1:
             raise ValueError(f"--concurrent {args.concurrent}: must be >= 1")
-        load_pipeline(args.profile, list(args.set) + [f"run_root={root}"])  # every trial's config is checked
+        cfg = load_pipeline(args.profile, list(args.set) + [f"run_root={root}"])  # every trial's config is checked
+        if args.until_stage:
+            from llp.flows.run_request import select_stages
+
+            select_stages(list(cfg.stages), None, args.until_stage)
         for name in args.names:  # before the sweep starts
             if name == BASELINE:
                 raise ValueError(f"{BASELINE!r} is always in the sweep (unless --no-baseline); name ablations")
@@ -184,7 +188,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
               f"pipeline runs ({args.profile}), {args.concurrent} at a time; state in {root}/sweeps/{sweep}",
               flush=True)  # fmt: skip
     rows = run_sweep(names, seeds, args.profile, list(args.set), root, sweep, resume=bool(args.resume),
-                     concurrent=args.concurrent)  # fmt: skip
+                     concurrent=args.concurrent, until_stage=args.until_stage)  # fmt: skip
     print("| setting | seed | run | trial | stages executed |\n|---|---|---|---|---|")
     for r in rows:
         ran = ", ".join(f"{k} {v}" for k, v in r["executions"].items()) or "-"
@@ -694,6 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--concurrent", type=int, default=1, metavar="N",
                    help="trials at once (default 1: on one machine, trials would share its cores)")  # fmt: skip
     q.add_argument("--no-baseline", action="store_true", help="leave the unchanged recipe out of the sweep")
+    q.add_argument("--until-stage", help="every trial stops after this stage (a resumed sweep keeps it)")
     q.set_defaults(fn=cmd_ablate)
 
     q = sub.add_parser("ablations", help="list the ablations (conf/ablation/) and the paper's that are left out")

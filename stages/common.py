@@ -28,3 +28,25 @@ def check_network_obs(cfg, task: str, produced: dict[str, list[str]], path: str)
                 f"{path}.{name}.obs[{i}]",
                 f"{ref!r} is not an observation of task {task!r} (it gives {produced})",
             )
+
+
+def deployment_fields(env_cfg) -> dict[str, Any]:
+    """What a robot needs beside the network, for ``export_actor``: joint target = default pose + action_scale x
+    action on the driven joints, under PD with the gains of the MJCF's position actuators."""
+    from llp.sim.robot import default_joint_positions, load_robot_spec, policy_joint_indices
+
+    model = load_robot_spec(env_cfg.robot).compile()
+    joints = [int(model.actuator_trnid[a, 0]) for a in range(model.nu)]
+    names = [model.joint(j).name for j in joints]
+    return {
+        "robot": env_cfg.robot.name,
+        "action_scale": env_cfg.robot.action_scale,
+        "policy_dt": env_cfg.policy_dt,
+        "default_joint_pos": default_joint_positions(env_cfg.robot, model, joints),
+        "action_joints": [names[i] for i in policy_joint_indices(env_cfg.robot, names)],
+        "pd_gains": {
+            "joints": names,
+            "kp": [float(model.actuator_gainprm[a, 0]) for a in range(model.nu)],
+            "kd": [float(-model.actuator_biasprm[a, 2]) for a in range(model.nu)],
+        },
+    }

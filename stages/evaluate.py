@@ -66,13 +66,18 @@ class EvaluateConfig:
         for i, t in enumerate(self.traverse_types):
             check(t in env.terrain.tile_types, f"{path}.traverse_types[{i}]", f"{t!r} is not a tile type of the task")
 
-    def env_config(self, path: str = "env", action_joints: list[str] | None = None):
+    def env_config(self, path: str = "env", action_joints: list[str] | None = None, policy_spec: dict | None = None):
         """The task's env for evaluation: every difficulty present, curriculum frozen, no pushes, commands held
-        for the whole trial, episodes longer than a trial; the policy drives ``action_joints`` (from its spec)."""
+        for the whole trial, episodes longer than a trial; the policy drives ``action_joints`` (from its spec).
+        A policy that reads terms the task does not observe (a depth student's image) gets them, through the
+        camera it was trained with."""
         from llp.config.schema import merge
         from llp.evaluation.protocol import evaluation_levels
 
         base = checked_env_config(self.task, self.robot, self.env, path)
+        extra = _policy_needs(base.observations, policy_spec or {})
+        if extra:
+            base = checked_env_config(self.task, self.robot, merge(self.env, extra), path)
         frozen = {
             "terrain": {"num_levels": evaluation_levels(base.terrain)},
             "curriculum": {"enabled": False},
@@ -84,7 +89,21 @@ class EvaluateConfig:
             import re
 
             frozen["robot"] = {"policy_joints": [re.escape(name) for name in action_joints]}
-        return checked_env_config(self.task, self.robot, merge(self.env, frozen), path)
+        return checked_env_config(self.task, self.robot, merge(merge(self.env, extra), frozen), path)
+
+
+def _policy_needs(observations: dict[str, list[str]], spec: dict) -> dict:
+    """Env overrides for a policy: the observation terms it reads that the task lacks, and the camera it was
+    trained with; {} when it needs nothing the task does not give."""
+    groups = {g: list(terms) for g, terms in observations.items()}
+    for ref in spec.get("obs", []):
+        group, _, term = ref.partition("/")
+        if term not in groups.setdefault(group, []):
+            groups[group].append(term)
+    out: dict = {} if groups == observations else {"observations": groups}
+    camera = spec.get("camera") or {}
+    out.update({k: camera[k] for k in ("depth_camera", "camera_model") if k in camera})
+    return out
 
 
 STAND_STILL = "baseline:stand-still"
@@ -99,7 +118,7 @@ def evaluate_policy(policy, cfg: EvaluateConfig, resources, seed: int, on_progre
     from llp.evaluation.trials import TrialRules
 
     uri, program, spec = (STAND_STILL, None, None) if policy is None else (policy.uri, policy.program, policy.spec)
-    env_cfg = cfg.env_config(action_joints=None if spec is None else spec.get("action_joints"))
+    env_cfg = cfg.env_config(action_joints=None if spec is None else spec.get("action_joints"), policy_spec=spec)
     sigma = (
         env_cfg.rewards["lin_vel_tracking"].params.get("sigma", 0.25) if "lin_vel_tracking" in env_cfg.rewards else 0.25
     )

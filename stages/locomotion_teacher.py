@@ -15,7 +15,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
-from llp.stages.common import check_network_obs, checked_env_config
+from llp.stages.common import check_network_obs, checked_env_config, deployment_fields
 
 
 def _actor() -> ActorConfig:
@@ -60,13 +60,10 @@ class LocomotionTeacherConfig:
 
 def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, str]:
     """Train the teacher on the stage's actor pool; returns {'policy': models:/llp-locomotion-teacher/<v>}."""
-    import numpy as np
-
     from llp.actors.pool import TrainingPool
-    from llp.learn.export import export_actor
+    from llp.learn.export import example_input, export_actor
     from llp.learn.models import Actor
     from llp.learn.spec import TrainSpec
-    from llp.sim.robot import default_joint_positions, load_robot_spec, policy_joint_indices
 
     env_cfg = checked_env_config(cfg.task, cfg.robot, cfg.env, "env")
     ctx.init_ray()
@@ -95,20 +92,5 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
     finally:
         pool.close()
     ctx.log_learning_curve(history)
-    # what a deployment needs beside the network: joint target = default pose + action_scale * action
-    robot = load_robot_spec(env_cfg.robot).compile()
-    joints = [int(robot.actuator_trnid[a, 0]) for a in range(robot.nu)]
-    default_pose = default_joint_positions(env_cfg.robot, robot, joints)
-    names = [robot.joint(j).name for j in joints]
-    driven = [names[i] for i in policy_joint_indices(env_cfg.robot, names)]
-    module, policy_spec = export_actor(
-        actor,
-        robot=env_cfg.robot.name,
-        action_scale=env_cfg.robot.action_scale,
-        policy_dt=env_cfg.policy_dt,
-        default_joint_pos=default_pose,
-        action_joints=driven,
-    )
-    # a batch of 2 in the example keeps the batch dimension dynamic in the exported program
-    example = np.zeros((2, actor.num_frames * actor.obs_dim), dtype=np.float32)
-    return {"policy": ctx.register_policy("policy", module, policy_spec.to_dict(), example)}
+    module, policy_spec = export_actor(actor, pool.spaces["obs_dims"], **deployment_fields(env_cfg))
+    return {"policy": ctx.register_policy("policy", module, policy_spec.to_dict(), example_input(policy_spec))}

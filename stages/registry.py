@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llp.config.pipeline import PipelineConfig
 from llp.config.schema import build, check
-from llp.stages import evaluate, locomotion_teacher, reference_augmentation
+from llp.stages import depth_student, evaluate, export, locomotion_teacher, reference_augmentation
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,25 @@ STAGES: dict[str, StageSpec] = {
         outputs={},
         description="LLP stage 7 (for the stages that exist): roll out a registered policy on every terrain type "
         "and level; fall rate, velocity tracking and terrain tables, as metrics and pictures.",
+    ),
+    "depth_student": StageSpec(
+        name="depth_student",
+        config=depth_student.DepthStudentConfig,
+        run=depth_student.run,
+        inputs=lambda cfg: {"policy": cfg.teacher},
+        outputs={"policy": "llp-depth-student", "distilled": "llp-depth-student-distilled"},
+        description="LLP stage 6: depth student (MLP-GRU-MLP over depth, proprioception and command; online "
+        "DAgger from the height-scan policy with scan reconstruction, through the camera model; then PPO "
+        "fine-tuning; evaluated beside its teacher on the same trials).",
+    ),
+    "export": StageSpec(
+        name="export",
+        config=export.ExportConfig,
+        run=export.run,
+        inputs=lambda cfg: {"policy": cfg.policy},
+        outputs={"deployable": "llp-deployable-policy"},
+        description="The deployable policy: ONNX and TorchScript with the GRU state as input and output, checked "
+        "against the registered policy on recorded observations, timed on one CPU thread, with its metadata.",
     ),
 }
 

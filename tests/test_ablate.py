@@ -25,7 +25,7 @@ def test_a_sweep_shares_untouched_stages_and_resuming_it_runs_only_the_failed_tr
     root = tmp_path / "runs"
     failing = f"{SWEEP}-no_privileged_critic-s0"
     args = ["ablate", "paper_rewards", "no_privileged_critic", "--profile", "smoke", "--run-root", str(root),
-            "--sweep-id", SWEEP, "--set", "stages.locomotion_teacher.retries=0",
+            "--sweep-id", SWEEP, "--set", "stages.locomotion_teacher.retries=0", "--until-stage", "evaluate",
             "--set", f"experiment={EXPERIMENT}"]  # fmt: skip
     fault = {"LLP_INJECT_FAULT": "locomotion_teacher@1", "LLP_INJECT_FAULT_RUNS": failing}
     first = llp(*args, env={**services["env"], **fault}, timeout=1200)

@@ -50,11 +50,13 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e")
     assert book["state"] == "completed"
-    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 3
+    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 5
     assert {n: s["executions"] for n, s in book["stages"].items()} == {
         "locomotion_teacher": 1,
         "reference_augmentation": 1,
         "evaluate": 1,
+        "depth_student": 1,
+        "export": 1,
     }
     client = mlflow_client(services)
     version = client.get_model_version_by_alias("llp-locomotion-teacher", "run-e2e")
@@ -128,6 +130,44 @@ def test_reference_augmentation_registers_a_library_whose_grown_entry_links_to_i
     assert lineage.stdout.strip() == "climb_step_25.r1 (round 1, 27.5 cm) <- climb_step_25.r0 (round 0, 25 cm)"
 
 
+def test_the_depth_student_is_evaluated_beside_its_teacher_and_exported_with_lineage_to_the_first_stage(
+    services, smoke_run
+):
+    """The smoke pipeline ends in the deployable policy: the depth student (distilled, then fine-tuned) read its
+    teacher by URI, was evaluated beside it on the same trials, and its ONNX and TorchScript files act as it does
+    and carry the chain of models back to the teacher."""
+    from llp.flows import tracking
+
+    client = mlflow_client(services)
+    book = ledger(smoke_run["root"], "e2e")
+    teacher = book["stages"]["locomotion_teacher"]["outputs"]["policy"]
+    student = book["stages"]["depth_student"]["outputs"]
+    assert json.loads(tracking.version_tags(student["policy"])["llp.inputs"]) == {"policy": teacher}
+    spec = client.get_model_version(*tracking.parse_model_uri(student["policy"]))
+    import mlflow
+
+    policy_spec = mlflow.models.get_model_info(student["policy"]).metadata["llp_policy_spec"]
+    assert spec.tags["llp.stage"] == "depth_student" and policy_spec["recurrent"] is True
+    assert "depth/depth" in policy_spec["obs"] and "policy/height_scan" not in policy_spec["obs"]
+    assert policy_spec["camera"]["camera_model"]["perfect"] is False and len(policy_spec["pd_gains"]["kp"]) == 21
+    run = client.get_run(book["stages"]["depth_student"]["mlflow_run"])
+    trials = {who: run.data.metrics[f"eval/{who}/success_rate"] for who in ("teacher", "distilled", "fine-tuned")}
+    assert all(0.0 <= v <= 1.0 for v in trials.values())
+    history = client.get_metric_history(run.info.run_id, "phase/finetune")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == [0.0, 0.0, 0.0, 1.0, 1.0]  # smoke: 3 + 2
+    assert {m.step for m in client.get_metric_history(run.info.run_id, "loss/dagger")} == {0, 1, 2}
+    assert {m.step for m in client.get_metric_history(run.info.run_id, "loss/surrogate")} == {3, 4}
+    deployable = book["stages"]["export"]["outputs"]["deployable"]
+    folder = tracking.download_dataset(deployable, smoke_run["root"] / "downloaded-deployable")
+    assert {p.name for p in folder.iterdir()} == {"policy.onnx", "policy_torchscript.pt", "policy.json"}
+    info = json.loads((folder / "policy.json").read_text())
+    assert info["policy"] == student["policy"] and info["inputs"] == ["obs", "h_in"]
+    assert max(info["agreement_max_abs_diff"].values()) < 1e-4
+    assert 0 < info["step_time_ms_one_thread"]["onnx"]["median_ms"] < 20
+    chain = json.loads(tracking.version_tags(deployable)["llp.lineage"])
+    assert chain == [student["policy"], teacher]
+
+
 def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
     second = smoke_run["second"]
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -136,6 +176,8 @@ def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
         "locomotion_teacher": ("cached", 0),
         "reference_augmentation": ("cached", 0),
         "evaluate": ("cached", 0),
+        "depth_student": ("cached", 0),
+        "export": ("cached", 0),
     }
     client = mlflow_client(services)
     versions = client.search_model_versions("name='llp-locomotion-teacher'")
@@ -186,6 +228,7 @@ def test_an_ablation_run_is_tagged_and_llp_compare_puts_it_beside_the_default(se
     import subprocess
 
     sets = ["--set", f"run_root={smoke_run['root']}", "--run-id", "ablated", "--ablation", "paper_rewards"]
+    sets += ["--until-stage", "evaluate"]  # the teacher's ablation: compare reads the teacher's evaluation
     ablated = llp("run", *SMOKE, *sets, env=services["env"])
     assert ablated.returncode == 0, ablated.stdout[-3000:] + ablated.stderr[-3000:]
     config = (smoke_run["root"] / "ablated" / "config.yaml").read_text()
@@ -230,14 +273,14 @@ def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path
         "--set",
         "stages.locomotion_teacher.iterations=3",
     ]
-    failed = llp("run", *SMOKE, *sets, "--run-id", "resumable", env=env)
+    failed = llp("run", *SMOKE, *sets, "--run-id", "resumable", "--until-stage", "evaluate", env=env)
     assert failed.returncode == 1
     assert "llp resume resumable" in failed.stderr
     book = ledger(tmp_path, "resumable")
     assert book["state"] == "failed"
     assert book["stages"]["locomotion_teacher"]["state"] == "completed"
     assert book["stages"]["evaluate"]["state"] == "failed"
-    resumed = llp("resume", "resumable", "--run-root", str(tmp_path), env=env)
+    resumed = llp("resume", "resumable", "--run-root", str(tmp_path), "--until-stage", "evaluate", env=env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     book = ledger(tmp_path, "resumable")
     assert book["state"] == "completed"
@@ -358,6 +401,9 @@ def test_status_and_stages_commands(smoke_run, llp):
     status = llp("status", "e2e", "--run-root", str(smoke_run["root"]))
     assert status.returncode == 0
     assert "locomotion_teacher" in status.stdout and "models:/llp-locomotion-teacher/" in status.stdout
+    for stage, model in (("depth_student", "llp-depth-student"), ("export", "llp-deployable-policy")):
+        row = next(line for line in status.stdout.splitlines() if line.startswith(stage))
+        assert "completed" in row and f"models:/{model}/" in row
     assert "Prefect flow run" in status.stdout
     # Ray ran outside the (too long) run folder, and the run folder links to its logs
     assert f"Ray logs: {smoke_run['root'] / 'e2e' / 'ray'} -> " in status.stdout
@@ -551,7 +597,8 @@ def test_the_smoke_pipeline_runs_on_mlflow_with_postgresql_and_s3(services, tmp_
         server = start_mlflow(unused, f"s3://{BUCKET}/pg-artifacts", backend_uri=pg.url, env_extra=s3_env)
         try:
             env = {**services["env"], "MLFLOW_TRACKING_URI": server.url}
-            result = llp("run", *SMOKE, "--set", f"run_root={tmp_path / 'runs'}", "--run-id", "pg", env=env)
+            sets = ["--set", f"run_root={tmp_path / 'runs'}", "--run-id", "pg", "--until-stage", "evaluate"]
+            result = llp("run", *SMOKE, *sets, env=env)
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             client = MlflowClient(server.url)
             version = client.get_model_version_by_alias("llp-locomotion-teacher", "run-pg")

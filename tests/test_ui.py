@@ -105,7 +105,7 @@ def healthy(url: str) -> bool:
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("uiruns")
-    result = llp_local("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "ui-ok")
+    result = llp_local("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "ui-ok", "--until-stage", "evaluate")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return {"root": root, "result": result}
 

@@ -118,3 +118,36 @@ def gait_strip(env, policy, tile_type: str, level: int, seconds: float = 4.0, ev
     ax.set_ylabel("height (m)")
     fig.tight_layout()
     return fig
+
+
+def comparison_figure(reports: dict[str, dict]):
+    """Several policies on the same trials: success per tile type (Wilson 95% intervals), one bar per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(reports)
+    types = list(next(iter(reports.values()))["by_type"])
+    x = np.arange(len(types) + 1)
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(x) + 2), 3.8))
+    for k, who in enumerate(names):
+        rows = [reports[who]["by_type"][t] for t in types] + [reports[who]]
+        rate = np.array([r["success_rate"] for r in rows])
+        low = np.array([r["success_ci95"][0] for r in rows])
+        high = np.array([r["success_ci95"][1] for r in rows])
+        pos = x - 0.4 + width * (k + 0.5)
+        ax.bar(pos, 100 * rate, width, label=who)
+        ax.errorbar(pos, 100 * rate, yerr=[100 * (rate - low), 100 * (high - rate)], fmt="none", ecolor="k",
+                    capsize=2, lw=0.8)  # fmt: skip
+    n = next(iter(reports.values()))["trials"]
+    ax.set_xticks(x, [*types, "all"], fontsize=8, rotation=30)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("success %  (Wilson 95% CI)")
+    ax.set_title(f"the same {n} fresh trials for each policy")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

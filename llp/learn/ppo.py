@@ -196,20 +196,21 @@ class PPO:
             ratio = torch.exp(log_prob - ro.log_probs[t, e])
             adv = advantages[t, e]
             surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
-            rl = surrogate - cfg.entropy_coef * entropy
-            if self.critic is not None:
-                values, old_values, ret = ev["values"], ro.values[t, e], returns[t, e]
-                clipped = old_values + (values - old_values).clamp(-cfg.clip, cfg.clip)
-                value_loss = torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean()
-                rl = rl + cfg.value_coef * value_loss
-                out["value"] = value_loss.detach()
-            loss = loss + cfg.rl_coef * rl
+            loss = loss + cfg.rl_coef * (surrogate - cfg.entropy_coef * entropy)
             out.update(
                 surrogate=surrogate.detach(),
                 entropy=entropy.detach(),
                 kl=kl,
                 ratio_deviation=(ratio - 1).abs().mean().detach(),
             )
+        if self.critic is not None:
+            # in a pure-DAgger stage (rl_coef 0) a critic still learns the student's returns: RL fine-tuning
+            # then starts from a fitted value function rather than a random one
+            values, old_values, ret = ev["values"], ro.values[t, e], returns[t, e]
+            clipped = old_values + (values - old_values).clamp(-cfg.clip, cfg.clip)
+            value_loss = torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean()
+            loss = loss + (cfg.rl_coef if cfg.rl_coef > 0 else 1.0) * cfg.value_coef * value_loss
+            out["value"] = value_loss.detach()
         if cfg.dagger_coef > 0:
             if ro.teacher_actions is None:
                 raise ValueError("dagger_coef > 0 but the rollout has no teacher labels (attach teachers)")
@@ -237,6 +238,15 @@ class PPO:
         elif 0.0 < kl < cfg.desired_kl / 2.0:
             self.learning_rate = min(1e-2, self.learning_rate * 1.5)
         self.set_learning_rate(self.learning_rate)
+
+    def set_rule(self, cfg: PPOConfig, fresh_learning_rate: bool) -> None:
+        """Learn on under ``cfg`` (a stage's next phase: DAgger, then RL); the learning rate restarts at the
+        rule's own unless it is a resumed phase's (restored from its checkpoint)."""
+        if len(cfg.advantage_weights) != len(self.cfg.advantage_weights):
+            raise ValueError("a new learning rule must keep the number of reward groups")
+        self.cfg = cfg
+        if fresh_learning_rate:
+            self.set_learning_rate(cfg.learning_rate)
 
     def set_learning_rate(self, lr: float) -> None:
         self.learning_rate = lr

@@ -1,0 +1,232 @@
+"""LLP stage 6: the depth student.
+
+What runs on the robot sees only the chest depth camera, proprioception, the
+velocity command and its gait clock. An MLP -> GRU -> MLP policy learns from
+the upstream height-scan policy by online DAgger (the student drives, the
+teacher labels every state it visits), while a decoder rebuilds the teacher's
+height scan from the GRU state. The images come through the camera model
+(noise, scale, dropouts, 27-33 Hz frames, 30-60 ms late). Then RL fine-tuning:
+PPO under the same observations, from the distilled weights and the critic
+fitted during distillation. The paper: 14,000 distillation + 1,000 fine-tuning
+iterations.
+
+Both the distilled and the fine-tuned student are registered, and both are
+evaluated with the evaluation protocol beside their teacher, on the same
+fresh trials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llp.config.schema import check, field
+from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.stages.common import check_network_obs, checked_env_config, deployment_fields
+from llp.stages.evaluate import EvaluateConfig
+
+DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distilled student, for a resumed stage
+
+
+def _actor() -> ActorConfig:
+    return ActorConfig(
+        obs=["policy/proprio", "policy/command", "policy/gait_clock", "depth/depth"],
+        encoder_dims=[256, 128],
+        gru_hidden=256,
+        hidden_dims=[256, 128],
+        reconstruct="policy/height_scan",
+        init_std=0.2,
+    )
+
+
+def _critic() -> CriticConfig:
+    return CriticConfig(obs=["critic/proprio", "critic/command", "critic/height_scan", "critic/privileged"])
+
+
+def _distill() -> PPOConfig:
+    return PPOConfig(rl_coef=0.0, dagger_coef=1.0, recon_coef=1.0, num_epochs=2, learning_rate=5e-4, schedule="fixed")
+
+
+def _finetune() -> PPOConfig:
+    return PPOConfig(rl_coef=1.0, dagger_coef=0.0, recon_coef=1.0, learning_rate=1e-4)
+
+
+def _env() -> dict[str, Any]:
+    return {"observations": {"depth": ["depth"]}, "camera_model": {"perfect": False}}
+
+
+def _evaluation() -> EvaluateConfig:
+    return EvaluateConfig(video_seconds=0.0, retries=0)
+
+
+@dataclass(kw_only=True)
+class DepthStudentConfig:
+    """The student's networks, its teacher, camera and the two phases' budgets."""
+
+    teacher: str = field(default="locomotion_teacher", doc="Upstream stage whose 'policy' labels the states.")
+    task: str = field(default="locomotion", doc="Task config (conf/task/); the teacher's task.")
+    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
+    env: dict[str, Any] = field(
+        default_factory=_env, doc="Overrides of the task config: the depth group and the camera model (validated)."
+    )
+    envs_per_actor: int = field(default=32, doc="Envs in each simulator actor (every one renders depth).")
+    distill_iterations: int = field(default=14000, doc="DAgger iterations (the paper: 14,000).")
+    finetune_iterations: int = field(default=1000, doc="PPO fine-tuning iterations after them (the paper: 1,000).")
+    checkpoint_every: int = field(default=50, doc="Iterations between mid-stage checkpoints.")
+    retries: int = field(default=2, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
+    distill: PPOConfig = field(default_factory=_distill, doc="Learning rule of distillation (rl_coef 0).")
+    finetune: PPOConfig = field(default_factory=_finetune, doc="Learning rule of RL fine-tuning.")
+    actor: ActorConfig = field(default_factory=_actor, doc="MLP -> GRU -> MLP student with a scan decoder.")
+    critic: CriticConfig = field(default_factory=_critic, doc="Privileged critic (fitted during distillation).")
+    evaluation: EvaluateConfig = field(
+        default_factory=_evaluation, doc="Protocol of the in-stage evaluation (teacher, distilled, fine-tuned)."
+    )
+
+    def validate(self, path: str) -> None:
+        check(self.envs_per_actor >= 1, f"{path}.envs_per_actor", "must be >= 1")
+        check(self.distill_iterations >= 1, f"{path}.distill_iterations", "must be >= 1")
+        check(self.finetune_iterations >= 0, f"{path}.finetune_iterations", "must be >= 0 (0: no fine-tuning)")
+        check(self.checkpoint_every >= 1, f"{path}.checkpoint_every", "must be >= 1")
+        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
+        check(self.distill.dagger_coef > 0, f"{path}.distill.dagger_coef", "distillation needs dagger_coef > 0")
+        check(
+            self.finetune.num_steps == self.distill.num_steps,
+            f"{path}.finetune.num_steps",
+            f"fine-tuning continues on the same simulators: keep distill.num_steps ({self.distill.num_steps})",
+        )
+        check(self.finetune.rl_coef > 0, f"{path}.finetune.rl_coef", "fine-tuning is RL: rl_coef must be > 0")
+        check(self.actor.gru_hidden > 0, f"{path}.actor.gru_hidden", "the depth student is recurrent (MLP-GRU-MLP)")
+        for name in ("distill", "finetune"):
+            check(
+                getattr(self, name).recon_coef == 0 or self.actor.reconstruct is not None,
+                f"{path}.{name}.recon_coef",
+                "reconstruction needs actor.reconstruct (the term the decoder rebuilds)",
+            )
+        env = checked_env_config(self.task, self.robot, self.env, path)
+        produced = {group: list(terms) for group, terms in env.observations.items()}
+        check_network_obs(self, self.task, produced, path)
+        if self.actor.reconstruct:
+            group, _, term = self.actor.reconstruct.partition("/")
+            check(
+                term in produced.get(group, []),
+                f"{path}.actor.reconstruct",
+                f"{self.actor.reconstruct!r} is not an observation of task {self.task!r} (it gives {produced})",
+            )
+
+
+def student_env(cfg: DepthStudentConfig, teacher_spec: dict):
+    """The training env: the task with the stage's overrides, driving the joints the teacher drives; raises
+    ValueError when the env does not give a term the teacher reads."""
+    import re
+
+    from llp.config.schema import merge
+
+    joints = teacher_spec.get("action_joints")
+    overrides = merge(cfg.env, {"robot": {"policy_joints": [re.escape(j) for j in joints]}}) if joints else cfg.env
+    env_cfg = checked_env_config(cfg.task, cfg.robot, overrides, "env")
+    for ref in teacher_spec["obs"]:
+        group, _, term = ref.partition("/")
+        if term not in env_cfg.observations.get(group, []):
+            raise ValueError(
+                f"the teacher reads {ref!r}, which task {cfg.task!r} with this stage's env does not give "
+                f"({dict(env_cfg.observations)})"
+            )
+    return env_cfg
+
+
+def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
+    """Distil, fine-tune, evaluate; returns {'policy': fine-tuned, 'distilled': before fine-tuning}."""
+    from llp.actors.pool import TrainingPool
+    from llp.learn.spec import TeacherSpec, TrainSpec
+
+    teacher = ctx.frozen_policy(inputs["policy"])
+    env_cfg = student_env(cfg, teacher.spec)
+    ctx.init_ray()
+
+    spec = TrainSpec(env=env_cfg, envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor,
+                     critic=cfg.critic, ppo=cfg.distill, teachers=[TeacherSpec(teacher)])  # fmt: skip
+    total = cfg.distill_iterations + cfg.finetune_iterations
+    # one pool for both phases: fine-tuning changes the learning rule only (the teacher's labels go unused)
+    pool = TrainingPool(ctx.resources, spec)
+    distilled_uri = None
+    try:
+        start, history = ctx.restore_checkpoint(pool)
+        if start > cfg.distill_iterations:  # resumed in fine-tuning: the checkpoint holds its learning rate
+            pool.set_rule(cfg.finetune, fresh_learning_rate=False)
+            distilled_uri = _recorded_distilled(ctx)
+        progress = ctx.progress(total, start)
+        for it in range(start, total):
+            if it == cfg.distill_iterations:
+                distilled_uri = _register(ctx, "distilled", pool, env_cfg)
+                pool.set_rule(cfg.finetune)
+            metrics = pool.iteration()
+            metrics["phase/finetune"] = float(it >= cfg.distill_iterations)
+            history.append({k: metrics[k] for k in ("episode/return", "episode/length", "loss/dagger") if k in metrics})
+            ctx.log_iteration(metrics, step=it)
+            progress.update(it, metrics)
+            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == total:
+                ctx.save_checkpoint(pool, it, history)
+            ctx.fault_point(it, pool)
+        if distilled_uri is None:  # no fine-tuning: the distilled student is the stage's policy
+            distilled_uri = _register(ctx, "distilled", pool, env_cfg)
+        final_uri = _register(ctx, "policy", pool, env_cfg)
+    finally:
+        pool.close()
+    ctx.log_learning_curve(history)
+    _evaluate(ctx, cfg, {"teacher": teacher.uri, "distilled": distilled_uri, "fine-tuned": final_uri})
+    return {"policy": final_uri, "distilled": distilled_uri}
+
+
+def _register(ctx, output: str, pool, env_cfg) -> str:
+    from mlflow import MlflowClient
+
+    from llp.learn.export import example_input, export_actor
+    from llp.learn.models import Actor
+
+    dims = pool.spaces["obs_dims"]
+    actor = Actor(pool.spec.actor, dims, pool.spaces["num_actions"])
+    actor.load_state_dict(pool.actor_state())
+    camera = {"depth_camera": _plain(env_cfg.depth_camera), "camera_model": _plain(env_cfg.camera_model)}
+    module, spec = export_actor(actor, dims, camera=camera, **deployment_fields(env_cfg))
+    uri = ctx.register_policy(output, module, spec.to_dict(), example_input(spec))
+    if output == "distilled":
+        MlflowClient().set_tag(ctx.mlflow_run_id, DISTILLED_TAG, uri)
+    return uri
+
+
+def _recorded_distilled(ctx) -> str:
+    from mlflow import MlflowClient
+
+    uri = MlflowClient().get_run(ctx.mlflow_run_id).data.tags.get(DISTILLED_TAG)
+    if uri is None:
+        raise RuntimeError(f"{ctx.stage}: resumed in fine-tuning, but the run records no distilled student")
+    return uri
+
+
+def _plain(cfg) -> dict:
+    from dataclasses import asdict
+
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}
+
+
+def _evaluate(ctx, cfg: DepthStudentConfig, policies: dict[str, str]) -> None:
+    """Every policy on the same fresh trials (one seed); metrics eval/<who>/..., a table and a picture."""
+    from llp.evaluation.pictures import comparison_figure
+    from llp.stages.evaluate import evaluate_policy
+
+    reports = {}
+    for who, uri in policies.items():
+        bar = ctx.progress(1, 0, label=f"evaluate {who}")
+        reports[who] = evaluate_policy(ctx.frozen_policy(uri), cfg.evaluation, ctx.resources, ctx.seed, bar.trials)
+        metrics = {
+            f"eval/{who}/success_rate": reports[who]["success_rate"],
+            f"eval/{who}/fall_rate": reports[who]["fall_rate"],
+            f"eval/{who}/tracking_kernel": reports[who]["tracking_kernel"],
+        }
+        for t, row in reports[who]["by_type"].items():
+            metrics[f"eval/{who}/{t}/success_rate"] = row["success_rate"]
+        ctx.log_metrics(metrics, step=0)
+    table = {who: {k: r[k] for k in ("model", "success_rate", "fall_rate", "tracking_kernel", "trials", "by_type")}
+             for who, r in reports.items()}  # fmt: skip
+    ctx.log_json(table, "evaluation/students.json")
+    ctx.log_figure(comparison_figure(reports), "evaluation/students.png")
