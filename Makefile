@@ -49,6 +49,7 @@ bench-faults: $(STAMP)
 pictures: $(STAMP)
 	$(BIN)/llp render terrain --out docs/terrain.png
 	$(BIN)/llp render depth --tile-type climb --out docs/depth_climb.png
+	$(BIN)/llp render depth-noise --tile-type climb --out docs/depth_noise_climb.png
 
 clean-runs:
 	rm -rf runs

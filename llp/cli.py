@@ -472,12 +472,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from llp.sim.pictures import render_depth, render_terrain
+    from llp.sim.pictures import render_depth, render_depth_noise, render_terrain
 
     if args.what == "gait":
         return _render_gait(args)
     if args.what == "terrain":
         path = render_terrain(args.out, task=args.task, tile_types=args.tile_types, seed=args.seed)
+    elif args.what == "depth-noise":
+        path = render_depth_noise(args.out, task=args.task, tile_type=args.tile_type, seed=args.seed)
     else:
         path = render_depth(args.out, task=args.task, tile_type=args.tile_type, seed=args.seed)
     print(path)
@@ -506,7 +508,7 @@ def _render_gait(args: argparse.Namespace) -> int:
         tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment)
         program, spec = tracking.download_policy(tracking.resolve_model_uri(args.model))
     joints = None if spec is None else spec.get("action_joints")
-    env = ParkourEnv(eval_cfg.env_config(action_joints=joints), 1, seed=args.seed)
+    env = ParkourEnv(eval_cfg.env_config(action_joints=joints, policy_spec=spec), 1, seed=args.seed)
     if args.tile_type not in env.cfg.terrain.tile_types:
         print(
             f"llp: --tile-type {args.tile_type!r} is not a tile of the task {env.cfg.terrain.tile_types}",
@@ -798,14 +800,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--lineage", metavar="ID", help="print one entry's chain of parents back to its seed")
     m.set_defaults(fn=cmd_refs)
 
-    r = sub.add_parser("render", help="write a PNG of a terrain layout, a depth image or a policy's gait")
-    r.add_argument("what", choices=["terrain", "depth", "gait"])
+    r = sub.add_parser(
+        "render", help="write a PNG of a terrain layout, a depth image (clean, or beside the camera model's) or a gait"
+    )
+    r.add_argument("what", choices=["terrain", "depth", "depth-noise", "gait"])
     r.add_argument("--model", help="gait: models:/ URI of the policy, or stand-still")
     r.add_argument("--level", type=int, default=0, help="gait: difficulty level of the tile")
     r.add_argument("--out", required=True, help="PNG path to write")
     r.add_argument("--task", default="locomotion")
     r.add_argument("--tile-types", nargs="*", default=None, help="terrain: tile types (default: all)")
-    r.add_argument("--tile-type", default="climb", help="depth, gait: the tile the robot stands on")
+    r.add_argument("--tile-type", default="climb", help="depth, depth-noise, gait: the tile the robot stands on")
     r.add_argument("--seed", type=int, default=0)
     pipeline_options(r)
     r.set_defaults(fn=cmd_render)

@@ -213,7 +213,7 @@ def policy_clip(frozen, eval_cfg, tile_type: str, level: int, seconds: float, si
     from llp.sim.env import ParkourEnv
 
     joints = None if frozen is None else frozen.spec.get("action_joints")
-    env = ParkourEnv(eval_cfg.env_config(action_joints=joints), 1, seed=seed)
+    env = ParkourEnv(eval_cfg.env_config(action_joints=joints, policy_spec=frozen and frozen.spec), 1, seed=seed)
     policy = StandStill(env.num_actions) if frozen is None else frozen.load()
     label = "stand-still" if frozen is None else frozen.uri
     return play(env, policy, tile_type, level, seconds, speed=eval_cfg.traverse_speed, size=size, label=label)

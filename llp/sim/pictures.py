@@ -62,10 +62,9 @@ def render_terrain(
     return out
 
 
-def render_depth(
-    out: str | Path, task: str = "locomotion", tile_type: str = "climb", seed: int = 0, level: int = 4
-) -> Path:
-    """The chest camera's depth image for a robot standing at the spawn of a ``tile_type`` tile."""
+def _standing_robot(task: str, tile_type: str, seed: int, level: int):
+    """An env of one robot standing a little before the obstacle of a ``tile_type`` tile: (env, cfg, tile, x,
+    ground)."""
     import torch  # noqa: F401  (the env returns torch tensors)
 
     from llp.sim.env import ParkourEnv
@@ -85,6 +84,14 @@ def render_depth(
     x = tile.triggers[0] - 0.2 if tile.triggers else tile.spawn[0]
     ground = float(env.terrain.height_at(np.array([x, tile.spawn[1]])))
     env.set_base_pose(0, np.array([x, tile.spawn[1], ground + cfg.robot.base_height]), 0.0)
+    return env, cfg, tile, x, ground
+
+
+def render_depth(
+    out: str | Path, task: str = "locomotion", tile_type: str = "climb", seed: int = 0, level: int = 4
+) -> Path:
+    """The chest camera's depth image for a robot standing at the spawn of a ``tile_type`` tile."""
+    env, cfg, tile, x, ground = _standing_robot(task, tile_type, seed, level)
     image = env.depth_images()[0]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [1.6, 1]})
     im = axes[0].imshow(image, cmap="viridis_r", vmin=0.0, vmax=cfg.depth_camera.far)
@@ -106,6 +113,43 @@ def render_depth(
     axes[1].set_ylabel("height (m)")
     axes[1].set_title("terrain profile ahead")
     axes[1].legend(loc="upper left", fontsize=8)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def render_depth_noise(
+    out: str | Path, task: str = "locomotion", tile_type: str = "climb", seed: int = 0, level: int = 4,
+    frames: int = 60,
+) -> Path:  # fmt: skip
+    """The same depth frame clean and through the camera model (noise, per-episode scale, dropout blocks): the
+    clean image, then ``frames`` consecutive captures of it, shown as the clean one, one capture and the capture
+    that differs most (where a dropout block is)."""
+    from llp.sim.camera_model import CameraModel, CameraModelConfig
+
+    env, cfg, _, _, _ = _standing_robot(task, tile_type, seed, level)
+    clean = env.depth_images()[0]
+    model_cfg = CameraModelConfig(perfect=False) if cfg.camera_model.perfect else cfg.camera_model
+    camera = CameraModel(model_cfg, 1, clean.shape, cfg.policy_dt, cfg.depth_camera.far, seed=seed)
+    camera.reset(np.array([0]), lambda ids: clean[None], 500)
+    shots = [camera._corrupt(np.array([0]), clean[None])[0] for _ in range(frames)]
+    far_share = [float(np.mean(s >= cfg.depth_camera.far - 1e-9) - np.mean(clean >= cfg.depth_camera.far - 1e-9))
+                 for s in shots]  # fmt: skip
+    worst = int(np.argmax(far_share))
+    panels = [
+        (clean, "clean (ray cast)"),
+        (shots[0], f"camera model, capture 1\nscale {camera.depth_scale[0]:.3f}, noise std 0.005 + 0.02 d"),
+        (shots[worst], f"capture {worst + 1} of {frames}\nwith a dropout block (read as far)"),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.2))
+    for ax, (image, title) in zip(axes, panels):
+        im = ax.imshow(image, cmap="viridis_r", vmin=0.0, vmax=cfg.depth_camera.far)
+        ax.set_title(title, fontsize=9)
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, label="depth (m)", shrink=0.9)
+    fig.suptitle(f"chest depth camera {clean.shape[1]}x{clean.shape[0]}, {tile_type} level {level}", fontsize=10)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, bbox_inches="tight")
