@@ -76,6 +76,8 @@ class StageContext:
         """One training iteration's metrics, sent to MLflow with the next checkpoint: a stage that crashes
         redoes the iterations after its last checkpoint, and each iteration is then logged exactly once.
         Its MLflow timestamp is when the iteration ended, however late the metrics arrive."""
+        if step <= self.extra.get("logged_through", -1):  # logged before a crash: the first values stand
+            return
         self.pending.append((step, {**metrics, MEASURED_AT: time.time() * 1000}))
         undone = metrics.get("faults/nonfinite_updates", 0.0)
         if undone > self.extra.get("nonfinite_updates", 0.0):
@@ -167,6 +169,10 @@ class StageContext:
         if path is None:
             return 0, []
         state = trainer.load(str(path))
+        from mlflow import MlflowClient
+
+        logged = MlflowClient().get_metric_history(self.mlflow_run_id, "perf/env_steps")
+        self.extra["logged_through"] = max((m.step for m in logged), default=-1)
         print(f"[llp] {self.stage}: continues after the checkpoint of iteration {state['iteration']}", flush=True)
         return state["iteration"] + 1, list(state["history"])
 
@@ -199,6 +205,7 @@ class StageContext:
                 )
                 trainer.kill_simulator(0)
             elif kind.startswith("pause") and kind[5:].replace(".", "", 1).isdigit():
+                self.drain_uploads()  # the window opens with every checkpoint and metric so far with the server
                 print(f"[llp] {stage}: injected pause of {kind[5:]} s after iteration {iteration}", flush=True)
                 time.sleep(float(kind[5:]))
             else:
@@ -303,13 +310,15 @@ class CheckpointUploads:
             job = job or self._take()
             staged, iteration, metrics = job
             try:
+                # metrics first: a crash between the two then redoes iterations whose metrics are already
+                # logged (a resumed stage skips those), never the reverse, which would lose them for good
+                while metrics:  # each sent once: a retry resumes after the last batch that went through
+                    sent = self.ctx.log_metric_steps(metrics)
+                    del metrics[:sent]
                 if staged is not None:
                     tracking.log_checkpoint(self.ctx.mlflow_run_id, staged, iteration)
                     staged.unlink(missing_ok=True)
                     job[0] = None
-                while metrics:  # each sent once: a retry resumes after the last batch that went through
-                    sent = self.ctx.log_metric_steps(metrics)
-                    del metrics[:sent]
             except Exception as err:  # noqa: BLE001 - any failure to reach the server is retried
                 with self.lock:
                     if self.failing_since is None:
