@@ -59,10 +59,8 @@ def evaluate_on_pool(
         num_cpus=resources.sim_actor_cpus, resources=resources.sim_resources, scheduling_strategy="SPREAD"
     )  # a lost actor fails the stage, whose retry redoes it
     program_ref = ray.put(program) if program is not None else None
-    actors = [
-        cls.remote(env_cfg, num_envs, seed + 1000 * k, program_ref, spec, resources.sim_threads)
-        for k in range(actors_n)
-    ]
+    # every actor builds the same env (terrain, camera): a wave's outcome must not depend on which actor ran it
+    actors = [cls.remote(env_cfg, num_envs, seed, program_ref, spec, resources.sim_threads) for _ in range(actors_n)]
     waves = [trials[i : i + num_envs] for i in range(0, len(trials), num_envs)]
     records: list[TrialRecord] = []
     pending: dict = {}

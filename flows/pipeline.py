@@ -57,8 +57,11 @@ def stage_cache_key(stage: str, stage_cfg: dict, resources: dict, input_versions
 
 
 def stage_seed(cfg: PipelineConfig, stage: str) -> int:
-    """Each stage's own seed, derived from the pipeline seed and the stage's place in the pipeline."""
-    return cfg.seed + 7919 * (list(cfg.stages).index(stage) + 1)
+    """Each stage's own seed, from the pipeline seed and the stage's name: a stage added to the pipeline leaves
+    the others' seeds (their training and evaluation trials) as they were."""
+    import zlib
+
+    return (cfg.seed + zlib.crc32(stage.encode())) % (1 << 31)
 
 
 @dataclass

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from llp.evaluation.protocol import (
     Setting,
@@ -122,3 +123,37 @@ def test_gait_strip_of_the_stand_still_baseline(tmp_path, llp):
         "render", "gait", "--model", "stand-still", "--profile", "smoke", "--tile-type", "climb", "--out", str(out)
     )
     assert bad.returncode == 2 and "not a tile of the task" in bad.stderr
+
+
+def test_a_trial_ends_the_same_whichever_waves_its_env_ran_before():
+    """Evaluator actors share one env seed and every wave reseeds the env (spawns, commands, camera model), so a
+    trial's record does not depend on which actor ran it or in which order: the same trials give the same report."""
+    from llp.config.files import env_config
+    from llp.evaluation.trials import StandStill, TrialRules, run_trials
+    from llp.sim.env import ParkourEnv
+
+    small = {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0, "border": 1.0}
+    cfg = env_config(overrides={
+        "terrain": {"tile_types": ["flat", "rough"], **small}, "curriculum": {"enabled": False},
+        "randomization": {"push_interval_s": None}, "commands": {"resample_s": 10.0},
+        "observations": {"depth": ["depth"]}, "depth_camera": {"width": 8, "height": 6},
+        "camera_model": {"perfect": False},
+    })  # fmt: skip
+    settings = [Setting("flat", 0, "-", "tracking", 2), Setting("rough", 1, "amplitude 6 cm", "tracking", 2)]
+    trials = plan_trials(settings, seed=4)
+    rules = TrialRules(duration_s=0.6, stuck_s=0.5)
+    first, second = ParkourEnv(cfg, 2, seed=9), ParkourEnv(cfg, 2, seed=9)
+    forward = run_trials(first, StandStill(first.num_actions), settings, trials, rules)
+    backward = run_trials(second, StandStill(second.num_actions), settings, trials[2:] + trials[:2], rules)
+
+    def key(records):
+        return sorted((r.index, r.outcome, round(r.tracking_kernel, 6), round(r.progress_m, 6)) for r in records)
+
+    assert key(forward) == key(backward)
+    env = ParkourEnv(cfg, 2, seed=9)
+    frames = []
+    for _ in range(2):  # the camera model's draws restart with the wave's seed
+        env.reseed(11)
+        env.assign_tiles(np.arange(2), np.array([1, 1]), np.array([1, 1]))
+        frames.append(env.observe()["depth"]["depth"].clone())
+    assert torch.equal(frames[0], frames[1])

@@ -204,6 +204,9 @@ class ParkourEnv:
         q[:, 3:7] = yaw_quat(yaw)
         noise = rng.uniform(-1, 1, size=(k, self.model.nu)) * cfg.randomization.init_joint_noise
         q[:, self.scene.joint_qpos] = self.default_joint_pos + noise
+        # all of MuJoCo's state anew (the solver's warm start, applied pushes, time), so that an episode does not
+        # depend on the one before it in the same env
+        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         self.qpos[ids] = q
         self.qvel[ids] = 0.0
         self.ctrl[ids] = self.default_joint_pos
@@ -536,8 +539,10 @@ class ParkourEnv:
 
     # ------------------------------------------------------------------ trials (evaluation)
     def reseed(self, seed: int) -> None:
-        """Draw every later spawn, command and randomisation from ``seed``."""
+        """Draw every later spawn, command, randomisation and camera-model draw from ``seed``."""
         self.rng = np.random.default_rng(seed)
+        if self.camera is not None:
+            self.camera.rng = np.random.default_rng(seed + 17)
 
     def assign_tiles(self, ids: np.ndarray, columns: np.ndarray, levels: np.ndarray) -> Obs:
         """Move envs ``ids`` to the tiles (column = tile type index, level) and start a new episode there."""
