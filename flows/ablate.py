@@ -39,7 +39,8 @@ def pipeline_trial(config: dict) -> None:
     run_id = trial_run_id(config["sweep"], config["ablation"], config["seed"])
     base = [sys.executable, "-m", "llp.cli"]
     address = ray.get_runtime_context().gcs_address
-    if (run_root / run_id / "config.yaml").is_file():  # an earlier attempt of this trial: continue its run
+    resuming = (run_root / run_id / "config.yaml").is_file()  # an earlier attempt of this trial: continue its run
+    if resuming:
         cmd = [*base, "resume", run_id, "--run-root", str(run_root), "--cluster", address]
     else:
         cmd = [*base, "run", "--profile", config["profile"], "--run-id", run_id, "--cluster", address]
@@ -53,6 +54,8 @@ def pipeline_trial(config: dict) -> None:
             cmd += ["--set", s]
     if config.get("until_stage"):  # the sweep's last stage, for a first run and a resumed one alike
         cmd += ["--until-stage", config["until_stage"]]
+    if config.get("from_stage"):  # the sweep's first stage; upstream outputs are the newest registered versions
+        cmd += ["--from-stage", config["from_stage"]]
     sweep_dir = run_root / "sweeps" / config["sweep"]
     # the worker inherited the environment of the `llp ablate` that started Ray, except the Prefect API (kept
     # from actors); that command left it in a file, so that nothing but non-secret settings is ever stored
@@ -86,7 +89,7 @@ def check_sweep_id(sweep: str) -> None:
 
 def run_sweep(
     names: list[str], seeds: list[int], profile: str, sets: list[str], run_root: Path, sweep: str,
-    *, resume: bool = False, concurrent: int = 1, until_stage: str | None = None,
+    *, resume: bool = False, concurrent: int = 1, until_stage: str | None = None, from_stage: str | None = None,
 ) -> list[dict]:  # fmt: skip
     """Run the sweep (or resume it); one row per trial: ablation, seed, run id, status, stage executions."""
     from ray import tune
@@ -114,7 +117,7 @@ def run_sweep(
                 "ablation": tune.grid_search(names),
                 "seed": tune.grid_search(seeds),
                 "sweep": sweep, "profile": profile, "sets": sets, "run_root": str(run_root.resolve()),
-                "until_stage": until_stage,
+                "until_stage": until_stage, "from_stage": from_stage,
             }  # fmt: skip
             tuner = tune.Tuner(
                 trainable,

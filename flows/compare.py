@@ -36,8 +36,10 @@ class RunResult:
     label: str  # its column: the ablation tag, or the run id
     profile: str
     mlflow_run: str
-    report: dict | None
+    report: dict | None  # the evaluation stage's report (the teacher)
     curves: dict[str, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)  # stage -> metric -> pts
+    student_report: dict | None = None  # the depth student the run ends in (fine-tuned, if it was)
+    student_teacher_report: dict | None = None  # its teacher on the student's trials
 
 
 def paper_results() -> dict:
@@ -95,16 +97,24 @@ def collect(client, run, tmp: Path) -> RunResult:
     pipeline_run = tags.get("llp.pipeline_run", run.info.run_id)
     result = RunResult(pipeline_run, tags.get("llp.ablation", pipeline_run), tags.get("llp.profile", "?"),
                        run.info.run_id, None)  # fmt: skip
+
+    def report(stage_run: str, artifact: str) -> dict | None:
+        try:
+            path = mlflow.artifacts.download_artifacts(
+                run_id=stage_run, artifact_path=artifact, dst_path=str(tmp / stage_run)
+            )
+            return json.loads(Path(path).read_text())
+        except (OSError, mlflow.exceptions.MlflowException):
+            return None
+
     for stage, stage_run in _stage_runs(client, run).items():
         if stage == "evaluate":
-            try:
-                path = mlflow.artifacts.download_artifacts(
-                    run_id=stage_run, artifact_path="evaluation/report.json", dst_path=str(tmp / stage_run)
-                )
-                result.report = json.loads(Path(path).read_text())
-            except (OSError, mlflow.exceptions.MlflowException):
-                result.report = None
+            result.report = report(stage_run, "evaluation/report.json")
             continue
+        if stage == "depth_student":  # the student the pipeline ends in (fine-tuned, if it was) and its teacher
+            for who in ("fine-tuned", "distilled"):
+                result.student_report = result.student_report or report(stage_run, f"evaluation/reports/{who}.json")
+            result.student_teacher_report = report(stage_run, "evaluation/reports/teacher.json")
         curves = {}
         for key in CURVE_METRICS:
             history = client.get_metric_history(stage_run, key)
@@ -128,6 +138,20 @@ def _cell(rows: list[dict]) -> str:
         return f"{100 * r['success_rate']:.1f}% [{100 * lo:.0f}-{100 * hi:.0f}] n={n}"
     sd = statistics.stdev(rates)
     return f"{100 * statistics.mean(rates):.1f}% ± {100 * sd:.1f} ({len(rates)} seeds)"
+
+
+TEACHER = "teacher"
+
+
+def columns(results: list[RunResult]) -> list[RunResult]:
+    """The policies compared, at the last stage every run reached: the depth students, after a "teacher" column
+    (the first run's teacher on the students' trials), when every run trained one; else the teachers."""
+    if not results or not all(r.student_report for r in results):
+        return results
+    first = results[0]
+    teacher = RunResult(first.run_id, TEACHER, first.profile, first.mlflow_run, first.student_teacher_report)
+    students = [RunResult(r.run_id, r.label, r.profile, r.mlflow_run, r.student_report, r.curves) for r in results]
+    return [teacher, *students]
 
 
 def table(results: list[RunResult], paper: dict) -> tuple[list[str], list[list[str]]]:
@@ -278,12 +302,15 @@ window.addEventListener("load", function () {{
 def write_report(results: list[RunResult], out: Path, paper: dict | None = None) -> dict[str, Path]:
     paper = paper or paper_results()
     out.mkdir(parents=True, exist_ok=True)
-    head, rows = table(results, paper)
-    phead, prows = paper_table(paper)
     runs = ", ".join(f"{r.run_id} ({r.label}, profile {r.profile})" for r in results)
     title = "LLP comparison: " + " vs ".join(dict.fromkeys(r.label for r in results))
-    summary = (f"Runs: {runs}. Cells: success with the 95% Wilson interval of the run's trials; columns of "
-               "several runs (seeds): the mean over runs and its standard deviation.")  # fmt: skip
+    results = columns(results)
+    head, rows = table(results, paper)
+    phead, prows = paper_table(paper)
+    compared = "depth students, beside their teacher on the same trials" if results[0].label == TEACHER else "teachers"
+    summary = (f"Runs: {runs}. Compared: the {compared} (the last stage every run reached). Cells: success with "
+               "the 95% Wilson interval of the run's trials; columns of several runs (seeds): the mean over runs "
+               "and its standard deviation.")  # fmt: skip
     paths = {"success": success_plot(results, out / "success.png"), "curves": curves_plot(results, out / "curves.png")}
     md = [f"# {title}", "", summary, "", "## Success per setting", "", markdown_table(head, rows), "",
           "![success against difficulty](success.png)", "", "## Learning curves", "", "![learning curves](curves.png)",
@@ -299,6 +326,7 @@ def write_report(results: list[RunResult], out: Path, paper: dict | None = None)
     )
     paths["html"].write_text(page)
     data = [{"run_id": r.run_id, "label": r.label, "profile": r.profile, "mlflow_run": r.mlflow_run,
+             "model": (r.report or {}).get("model"),
              "report": {k: v for k, v in (r.report or {}).items() if k != "records"}} for r in results]  # fmt: skip
     paths["data"] = out / "data.json"
     paths["data"].write_text(json.dumps(data, indent=1))

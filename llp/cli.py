@@ -172,10 +172,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         if args.concurrent < 1:
             raise ValueError(f"--concurrent {args.concurrent}: must be >= 1")
         cfg = load_pipeline(args.profile, list(args.set) + [f"run_root={root}"])  # every trial's config is checked
-        if args.until_stage:
+        if args.until_stage or args.from_stage:
             from llp.flows.run_request import select_stages
 
-            select_stages(list(cfg.stages), None, args.until_stage)
+            select_stages(list(cfg.stages), args.from_stage, args.until_stage)
         for name in args.names:  # before the sweep starts
             if name == BASELINE:
                 raise ValueError(f"{BASELINE!r} is always in the sweep (unless --no-baseline); name ablations")
@@ -188,7 +188,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
               f"pipeline runs ({args.profile}), {args.concurrent} at a time; state in {root}/sweeps/{sweep}",
               flush=True)  # fmt: skip
     rows = run_sweep(names, seeds, args.profile, list(args.set), root, sweep, resume=bool(args.resume),
-                     concurrent=args.concurrent, until_stage=args.until_stage)  # fmt: skip
+                     concurrent=args.concurrent, until_stage=args.until_stage,
+                     from_stage=args.from_stage)  # fmt: skip
     print("| setting | seed | run | trial | stages executed |\n|---|---|---|---|---|")
     for r in rows:
         ran = ", ".join(f"{k} {v}" for k, v in r["executions"].items()) or "-"
@@ -228,7 +229,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out or Path(args.run_root) / "compare" / time.strftime("%Y%m%d-%H%M%S"))
     with tempfile.TemporaryDirectory() as tmp:
         results = [collect(client, run, Path(tmp)) for run in runs]
-    missing = [r.run_id for r in results if r.report is None]
+    missing = [r.run_id for r in results if r.report is None and r.student_report is None]
     if len(missing) == len(results):
         raise ValueError(f"none of {', '.join(missing)} has an evaluation report (run its evaluate stage first)")
     paths = write_report(results, out)
@@ -701,6 +702,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trials at once (default 1: on one machine, trials would share its cores)")  # fmt: skip
     q.add_argument("--no-baseline", action="store_true", help="leave the unchanged recipe out of the sweep")
     q.add_argument("--until-stage", help="every trial stops after this stage (a resumed sweep keeps it)")
+    q.add_argument(
+        "--from-stage",
+        help="every trial starts at this stage; earlier stages' outputs are the newest "
+        "registered versions (the same for every trial)",
+    )
     q.set_defaults(fn=cmd_ablate)
 
     q = sub.add_parser("ablations", help="list the ablations (conf/ablation/) and the paper's that are left out")

@@ -76,7 +76,9 @@ class DepthStudentConfig:
     retries: int = field(default=2, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     distill: PPOConfig = field(default_factory=_distill, doc="Learning rule of distillation (rl_coef 0).")
     finetune: PPOConfig = field(default_factory=_finetune, doc="Learning rule of RL fine-tuning.")
-    actor: ActorConfig = field(default_factory=_actor, doc="MLP -> GRU -> MLP student with a scan decoder.")
+    actor: ActorConfig = field(
+        default_factory=_actor, doc="MLP -> GRU -> MLP student with a scan decoder (gru_hidden 0: an MLP student)."
+    )
     critic: CriticConfig = field(default_factory=_critic, doc="Privileged critic (fitted during distillation).")
     evaluation: EvaluateConfig = field(
         default_factory=_evaluation, doc="Protocol of the in-stage evaluation (teacher, distilled, fine-tuned)."
@@ -95,7 +97,6 @@ class DepthStudentConfig:
             f"fine-tuning continues on the same simulators: keep distill.num_steps ({self.distill.num_steps})",
         )
         check(self.finetune.rl_coef > 0, f"{path}.finetune.rl_coef", "fine-tuning is RL: rl_coef must be > 0")
-        check(self.actor.gru_hidden > 0, f"{path}.actor.gru_hidden", "the depth student is recurrent (MLP-GRU-MLP)")
         for name in ("distill", "finetune"):
             check(
                 getattr(self, name).recon_coef == 0 or self.actor.reconstruct is not None,
@@ -226,6 +227,7 @@ def _evaluate(ctx, cfg: DepthStudentConfig, policies: dict[str, str]) -> None:
         for t, row in reports[who]["by_type"].items():
             metrics[f"eval/{who}/{t}/success_rate"] = row["success_rate"]
         ctx.log_metrics(metrics, step=0)
+        ctx.log_json(reports[who], f"evaluation/reports/{who}.json")  # the whole report, for `llp compare`
     table = {who: {k: r[k] for k in ("model", "success_rate", "fall_rate", "tracking_kernel", "trials", "by_type")}
              for who, r in reports.items()}  # fmt: skip
     ctx.log_json(table, "evaluation/students.json")

@@ -70,12 +70,15 @@ class EvaluateConfig:
         """The task's env for evaluation: every difficulty present, curriculum frozen, no pushes, commands held
         for the whole trial, episodes longer than a trial; the policy drives ``action_joints`` (from its spec).
         A policy that reads terms the task does not observe (a depth student's image) gets them, through the
-        camera it was trained with."""
+        camera it was trained with, unless ``env.camera_model`` names the camera to test with (the paper's
+        perfect-camera ablation: trained perfect, tested real)."""
         from llp.config.schema import merge
         from llp.evaluation.protocol import evaluation_levels
 
         base = checked_env_config(self.task, self.robot, self.env, path)
         extra = _policy_needs(base.observations, policy_spec or {})
+        if "camera_model" in self.env:  # the evaluation's own camera wins over the one the policy trained with
+            extra.pop("camera_model", None)
         if extra:
             base = checked_env_config(self.task, self.robot, merge(self.env, extra), path)
         frozen = {

@@ -79,8 +79,11 @@ def test_bad_sweeps_are_refused_before_anything_starts(tmp_path, llp):
     root = tmp_path / "runs"
     cases = [
         (["ablate", "--run-root", str(root)], "name at least one ablation"),
-        (["ablate", "no_gru", "--run-root", str(root)], "no ablation named 'no_gru' (an MLP depth student"),
+        (["ablate", "no_amp", "--run-root", str(root)], "no ablation named 'no_amp' (transition training without"),
         (["ablate", "paper_rewards", "--seeds", "0", "--run-root", str(root)], "--seeds 0: must be >= 1"),
+        (["ablate", "no_gru", "--from-stage", "nope", "--run-root", str(root)], "--from-stage 'nope': not a stage"),
+        (["ablate", "no_gru", "--from-stage", "export", "--until-stage", "depth_student", "--run-root", str(root)],
+         "selects no stage"),
         (["ablate", "paper_rewards", "--sweep-id", "../x", "--run-root", str(root)], "sweep id '../x'"),
         (["ablate", "--resume", "nope", "--run-root", str(root)], "no sweep 'nope' to resume"),
         (["ablate", "paper_rewards", "--set", "stages.evaluate.trials=-1", "--run-root", str(root)],
@@ -90,3 +93,32 @@ def test_bad_sweeps_are_refused_before_anything_starts(tmp_path, llp):
         result = llp(*argv, timeout=120)
         assert result.returncode == 2 and message in result.stderr, (argv, result.stderr[-2000:])
     assert not (root / "sweeps").exists() or not any((root / "sweeps").rglob("tuner.pkl"))
+
+
+def _report(model: str, rate: float) -> dict:
+    setting = {"tile_type": "climb", "difficulty": "45 cm", "level": 0, "success_rate": rate,
+               "success_ci95": [rate / 2, (1 + rate) / 2], "outcomes": {"success": 10, "fall": 10}}  # fmt: skip
+    return {**setting, "model": model, "settings": [setting], "tracking_kernel": 0.5, "standing_tracking_kernel": 0.2}
+
+
+def test_compare_puts_depth_students_beside_their_teacher_only_when_every_run_trained_one(tmp_path):
+    from llp.flows.compare import RunResult, write_report
+
+    def run(run_id, label, student_rate=None):
+        r = RunResult(run_id, label, "local", "m-" + run_id, _report(f"models:/teacher-of-{run_id}/1", 0.9))
+        if student_rate is not None:
+            r.student_report = _report(f"models:/student-of-{run_id}/1", student_rate)
+            r.student_teacher_report = _report(f"models:/teacher-of-{run_id}/1", 0.8)
+        return r
+
+    both = [run("a", "baseline", 0.6), run("b", "no_gru", 0.2)]
+    write_report(both, tmp_path / "students")
+    md = (tmp_path / "students" / "report.md").read_text()
+    assert "| setting | teacher | baseline | no_gru | paper (reported) |" in md
+    assert "| climb 45 cm | 80.0% [40-90] n=20 | 60.0% [30-80] n=20 | 20.0% [10-60] n=20 |" in md
+    data = json.loads((tmp_path / "students" / "data.json").read_text())
+    assert [d["model"] for d in data] == ["models:/teacher-of-a/1", "models:/student-of-a/1", "models:/student-of-b/1"]
+    # one run without a student: the teachers are what both runs have
+    write_report([run("a", "baseline", 0.6), run("c", "paper_rewards")], tmp_path / "teachers")
+    md = (tmp_path / "teachers" / "report.md").read_text()
+    assert "| setting | baseline | paper_rewards | paper (reported) |" in md and "Compared: the teachers" in md

@@ -96,13 +96,42 @@ def test_the_evaluation_env_gives_a_depth_policy_its_image_through_its_camera():
     assert env.camera_model.perfect is False and env.camera_model.scale == 0.03
     plain = cfg.env_config(policy_spec={"obs": ["policy/proprio", "policy/height_scan"]})
     assert plain.observations == cfg.env_config().observations and plain.camera_model.perfect
+    # the evaluation's own camera wins (perfect_camera: trained perfect, tested through the camera model)
+    perfect = {**spec, "camera": {"camera_model": {"perfect": True}}}
+    real = EvaluateConfig(env={**SMALL, "camera_model": {"perfect": False}}).env_config(policy_spec=perfect)
+    assert real.camera_model.perfect is False and real.observations["depth"] == ["depth"]
+
+
+@pytest.mark.parametrize("name", ["no_gru", "no_finetune", "perfect_camera"])
+def test_the_depth_student_ablations_change_only_that_stage_and_what_they_name(name):
+    from llp.config.ablation import load_ablation
+    from llp.config.pipeline import resolved
+    from llp.stages.registry import load_pipeline, stage_config
+
+    ablation = load_ablation(name)
+    base, varied = load_pipeline("smoke"), load_pipeline("smoke", ablation.sets)
+    assert ablation.stage == "depth_student"
+    for stage in base.stages:  # every other stage's config (and so its cache key) is untouched
+        same = resolved(base)["stages"][stage] == resolved(varied)["stages"][stage]
+        assert same == (stage != "depth_student"), stage
+    cfg = stage_config(varied, "depth_student")
+    if name == "no_gru":
+        dims = {"policy": {"proprio": 5, "command": 3, "gait_clock": 2}, "depth": {"depth": 6}}
+        actor = Actor(cfg.actor, dims, 4)
+        assert not actor.is_recurrent and actor.decoder is None and cfg.distill.recon_coef == 0
+    elif name == "no_finetune":
+        assert cfg.finetune_iterations == 0
+    else:
+        assert cfg.env["camera_model"]["perfect"] is True
+        assert cfg.evaluation.env_config().camera_model.perfect is False
 
 
 @pytest.mark.parametrize(
     "override, where",
     [
         ({"finetune": {"num_steps": 12}}, "finetune.num_steps"),
-        ({"actor": {"gru_hidden": 0, "reconstruct": None}}, "actor.gru_hidden"),
+        ({"actor": {"gru_hidden": 0}}, "actor.reconstruct"),
+        ({"actor": {"gru_hidden": 0, "reconstruct": None}}, "distill.recon_coef"),
         ({"actor": {"reconstruct": "policy/nothing"}}, "actor.reconstruct"),
         ({"finetune": {"rl_coef": 0.0, "dagger_coef": 1.0}}, "finetune.rl_coef"),
         ({"actor": {"obs": ["policy/proprio", "cam/depth"]}}, "actor.obs[1]"),

@@ -18,12 +18,6 @@ from llp.config.schema import ConfigError
 ABLATION_DIR = CONF_DIR / "ablation"
 
 LEFT_OUT = {
-    "no_gru": "an MLP depth student: the depth student stage trains the recurrent student only",
-    "no_finetune": "no final RL fine-tuning: the depth student stage itself registers and evaluates its student "
-    "before fine-tuning (llp-depth-student-distilled) beside the fine-tuned one, on the same trials",
-    "perfect_camera": "training with a noise- and latency-free camera: the depth student is evaluated with the "
-    "camera it was trained with, so the paper's comparison (trained perfect, tested real) needs a camera "
-    "override in evaluation first",
     "no_amp": "transition training without the motion prior: that stage is not built yet (issue 10)",
     "no_transition_group": "no transition training: that stage is not built yet (issue 10)",
     "single_reference": "skills learned from the seed alone, without growth: the skill expert stages that would "
