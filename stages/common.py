@@ -33,17 +33,30 @@ def check_network_obs(cfg, task: str, produced: dict[str, list[str]], path: str)
 def deployment_fields(env_cfg) -> dict[str, Any]:
     """What a robot needs beside the network, for ``export_actor``: joint target = default pose + action_scale x
     action on the driven joints, under PD with the gains of the MJCF's position actuators."""
-    from llp.sim.robot import default_joint_positions, load_robot_spec, policy_joint_indices
+    from llp.sim.robot import policy_joint_indices
 
-    model = load_robot_spec(env_cfg.robot).compile()
+    return _robot_fields(env_cfg.robot, env_cfg.robot.action_scale, env_cfg.policy_dt,
+                         lambda names: [names[i] for i in policy_joint_indices(env_cfg.robot, names)])  # fmt: skip
+
+
+def tracking_deployment_fields(task) -> dict[str, Any]:
+    """The same for a policy of the tracking task: every actuator; actions offset ``task.action_offset``."""
+    fields = _robot_fields(task.robot, task.action_scale, task.policy_dt, lambda names: names)
+    return {**fields, "action_offset": task.action_offset}
+
+
+def _robot_fields(robot, action_scale: float, policy_dt: float, driven) -> dict[str, Any]:
+    from llp.sim.robot import default_joint_positions, load_robot_spec
+
+    model = load_robot_spec(robot).compile()
     joints = [int(model.actuator_trnid[a, 0]) for a in range(model.nu)]
     names = [model.joint(j).name for j in joints]
     return {
-        "robot": env_cfg.robot.name,
-        "action_scale": env_cfg.robot.action_scale,
-        "policy_dt": env_cfg.policy_dt,
-        "default_joint_pos": default_joint_positions(env_cfg.robot, model, joints),
-        "action_joints": [names[i] for i in policy_joint_indices(env_cfg.robot, names)],
+        "robot": robot.name,
+        "action_scale": action_scale,
+        "policy_dt": policy_dt,
+        "default_joint_pos": default_joint_positions(robot, model, joints),
+        "action_joints": driven(names),
         "pd_gains": {
             "joints": names,
             "kp": [float(model.actuator_gainprm[a, 0]) for a in range(model.nu)],

@@ -172,7 +172,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     _pictures(ctx, library, robot_cfg, root)
     outputs = {"library": ctx.register_dataset("library", root)}
     if tracker is not None:
-        outputs["tracker"] = _register_tracker(ctx, tracker, task, robot_cfg)
+        outputs["tracker"] = _register_tracker(ctx, tracker, task)
     return outputs
 
 
@@ -240,19 +240,13 @@ def _pictures(ctx, library, robot_cfg, root) -> None:
         ctx.log_file(path, "references/pictures")
 
 
-def _register_tracker(ctx, actor, task, robot_cfg) -> str:
+def _register_tracker(ctx, actor, task) -> str:
     import numpy as np
 
     from llp.learn.export import export_actor
-    from llp.sim.robot import load_robot_spec
+    from llp.stages.common import tracking_deployment_fields
 
-    model = load_robot_spec(robot_cfg).compile()
-    joints = [int(model.actuator_trnid[a, 0]) for a in range(model.nu)]
-    names = [model.joint(j).name for j in joints]
-    module, policy_spec = export_actor(actor, robot=robot_cfg.name, action_scale=task.action_scale,
-                                       policy_dt=task.policy_dt, default_joint_pos=[0.0] * len(joints),
-                                       action_joints=names)  # fmt: skip
-    spec = policy_spec.to_dict()
-    spec["action_offset"] = "reference"  # joint target = the reference's next joint positions + scale x action
+    # joint target = the reference's next joint positions + scale x action (spec.action_offset: reference)
+    module, policy_spec = export_actor(actor, **tracking_deployment_fields(task))
     example = np.zeros((2, actor.num_frames * actor.obs_dim), dtype=np.float32)
-    return ctx.register_policy("tracker", module, spec, example)
+    return ctx.register_policy("tracker", module, policy_spec.to_dict(), example)

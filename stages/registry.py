@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llp.config.pipeline import PipelineConfig
 from llp.config.schema import build, check
-from llp.stages import depth_student, evaluate, export, locomotion_teacher, reference_augmentation
+from llp.stages import depth_student, evaluate, export, locomotion_teacher, reference_augmentation, skill_expert
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,16 @@ STAGES: dict[str, StageSpec] = {
         outputs={},
         description="LLP stage 7 (for the stages that exist): roll out a registered policy on every terrain type "
         "and level; fall rate, velocity tracking and terrain tables, as metrics and pictures.",
+    ),
+    "skill_climb_step": StageSpec(
+        name="skill_climb_step",
+        config=skill_expert.SkillExpertConfig,
+        run=skill_expert.run,
+        inputs=lambda cfg: {"library": "reference_augmentation", "tracker": "reference_augmentation"},
+        outputs={"policy": "llp-skill-climb-step"},
+        description="LLP stage 3, phase A: the climb-and-step expert (height scan, proprioception, command; online "
+        "DAgger from the tracking expert + PPO on the tracking rewards and a goal reward; evaluated beside the "
+        "expert on the same trials from the motion's start).",
     ),
     "depth_student": StageSpec(
         name="depth_student",

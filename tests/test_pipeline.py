@@ -50,11 +50,12 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e")
     assert book["state"] == "completed"
-    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 5
+    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 6
     assert {n: s["executions"] for n, s in book["stages"].items()} == {
         "locomotion_teacher": 1,
         "reference_augmentation": 1,
         "evaluate": 1,
+        "skill_climb_step": 1,
         "depth_student": 1,
         "export": 1,
     }
@@ -168,6 +169,28 @@ def test_the_depth_student_is_evaluated_beside_its_teacher_and_exported_with_lin
     assert chain == [student["policy"], teacher]
 
 
+def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(services, smoke_run):
+    """The climb-and-step expert's version records the very library and tracker versions reference augmentation
+    registered in this run, its actor reads no reference, and it was evaluated beside the expert."""
+    import mlflow
+
+    from llp.flows import tracking
+
+    book = ledger(smoke_run["root"], "e2e")
+    upstream = book["stages"]["reference_augmentation"]["outputs"]
+    skill = book["stages"]["skill_climb_step"]["outputs"]["policy"]
+    tags = tracking.version_tags(skill)
+    assert json.loads(tags["llp.inputs"]) == {"library": upstream["library"], "tracker": upstream["tracker"]}
+    assert [e["uri"] for e in tracking.lineage_chain(skill)] == [skill, upstream["library"], upstream["tracker"]]
+    spec = mlflow.models.get_model_info(skill).metadata["llp_policy_spec"]
+    assert spec["obs"] == ["policy/proprio", "policy/height_scan", "policy/command"] and spec["num_frames"] == 5
+    assert spec["action_offset"] == "default" and spec["num_actions"] == 21 == len(spec["action_joints"])
+    run = mlflow_client(services).get_run(book["stages"]["skill_climb_step"]["mlflow_run"])
+    for who in ("tracking_expert", "skill_policy", "default_pose"):
+        assert 0 <= run.data.metrics[f"eval/{who}/success_rate"] <= 1
+    assert run.data.params["inputs.tracker"] == upstream["tracker"]
+
+
 def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
     second = smoke_run["second"]
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -176,6 +199,7 @@ def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
         "locomotion_teacher": ("cached", 0),
         "reference_augmentation": ("cached", 0),
         "evaluate": ("cached", 0),
+        "skill_climb_step": ("cached", 0),
         "depth_student": ("cached", 0),
         "export": ("cached", 0),
     }
@@ -401,7 +425,8 @@ def test_status_and_stages_commands(smoke_run, llp):
     status = llp("status", "e2e", "--run-root", str(smoke_run["root"]))
     assert status.returncode == 0
     assert "locomotion_teacher" in status.stdout and "models:/llp-locomotion-teacher/" in status.stdout
-    for stage, model in (("depth_student", "llp-depth-student"), ("export", "llp-deployable-policy")):
+    for stage, model in (("skill_climb_step", "llp-skill-climb-step"), ("depth_student", "llp-depth-student"),
+                         ("export", "llp-deployable-policy")):  # fmt: skip
         row = next(line for line in status.stdout.splitlines() if line.startswith(stage))
         assert "completed" in row and f"models:/{model}/" in row
     assert "Prefect flow run" in status.stdout

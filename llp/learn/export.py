@@ -41,6 +41,9 @@ class PolicySpec:
     obs_layout: list[list] | None = None  # [['group/term', width], ...]: where each term sits in a frame
     pd_gains: dict | None = None  # {'kp': [...], 'kd': [...]} per actuated joint, actuator order
     camera: dict | None = None  # the depth camera it reads: resolution, field of view, clip, camera model
+    # joint target = offset + action_scale x action, where the offset is the default pose ('default') or, for a
+    # motion tracker, the reference's next joint positions ('reference')
+    action_offset: str = "default"
 
     def to_dict(self) -> dict:
         return asdict(self)

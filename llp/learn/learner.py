@@ -162,7 +162,7 @@ def teacher_groups(spec: TrainSpec, columns: np.ndarray) -> torch.Tensor:
     groups = torch.full((len(columns),), -1, dtype=torch.long)
     if not spec.teachers:
         return groups
-    types = spec.env.terrain.tile_types
+    types = spec.env.terrain.tile_types if hasattr(spec.env, "terrain") else ["reference"]  # tracking: one group
     for k, teacher in enumerate(spec.teachers):
         wanted = set(teacher.tile_types or types)
         mine = torch.tensor([types[c] in wanted and groups[i] < 0 for i, c in enumerate(columns)], dtype=torch.bool)
@@ -174,7 +174,15 @@ def build_collector(env, spec: TrainSpec, actor: Actor, critic: Critic | None) -
     """The rollout collector of a simulator: teachers loaded and routed to their env groups, reward groups,
     AMP features and progress, reconstruction targets."""
     groups = teacher_groups(spec, env.course_state()["column"])
-    teachers = [Teacher(t.policy.load(), torch.nonzero(groups == k)[:, 0]) for k, t in enumerate(spec.teachers)]
+    teachers = [
+        Teacher(
+            t.policy.load(),
+            torch.nonzero(groups == k)[:, 0],
+            t.policy.spec.get("action_offset", "default"),
+            t.policy.spec.get("action_scale"),
+        )
+        for k, t in enumerate(spec.teachers)
+    ]
     return RolloutCollector(
         env,
         actor,

@@ -24,6 +24,8 @@ class Teacher:
 
     actor: Actor
     env_ids: torch.Tensor  # [M] envs routed to this teacher
+    action_offset: str = "default"  # what its actions offset (PolicySpec.action_offset); the env converts ...
+    action_scale: float | None = None  # ... with this scale (None: the env's)
 
 
 class EpisodeStats:
@@ -142,9 +144,16 @@ class RolloutCollector:
                 label = torch.zeros(N, A)
                 for k, teacher in enumerate(self.teachers):
                     sub = {g: {t: v[teacher.env_ids] for t, v in terms.items()} for g, terms in obs.items()}
+                    foreign = teacher.action_offset != getattr(env, "action_offset", "default")
+                    if foreign:  # its own last action in its proprioception, its actions as this env's
+                        sub = env.teacher_obs(sub, teacher.env_ids, teacher.action_offset, teacher.action_scale)
                     t_mean, self.teacher_memory[k], _ = teacher.actor.step(
                         teacher.actor.observe(sub), self.teacher_memory[k]
                     )
+                    if foreign:
+                        t_mean = env.convert_actions(
+                            t_mean, teacher.env_ids, teacher.action_offset, teacher.action_scale
+                        )
                     label[teacher.env_ids] = t_mean
                 teacher_actions.append(label)
             if self.recon_ref is not None:

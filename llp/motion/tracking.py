@@ -20,6 +20,7 @@ import numpy as np
 from llp.config.schema import check, field
 from llp.motion.scene import Contact, ObstacleBox
 from llp.sim.robot import RobotConfig
+from llp.sim.sensors import HeightScanConfig
 
 TRACKING_REWARDS = {  # name -> kind; each documented in llp/motion/tracking_env.py
     "anchor_pos": "reward",
@@ -28,6 +29,7 @@ TRACKING_REWARDS = {  # name -> kind; each documented in llp/motion/tracking_env
     "body_lin_vel": "reward",
     "anchor_ang_vel": "reward",
     "contact_pos": "reward",
+    "goal": "reward",
     "action_rate": "penalty",
     "joint_limit": "penalty",
 }
@@ -36,6 +38,8 @@ TRACKING_OBSERVATIONS = (
     "reference",  # next reference frame: joint targets, joint speeds, anchor offset and tilt, phase
     "obstacle",  # box front and back face ahead of the pelvis, lateral offset, height
     "privileged",  # base velocity, pelvis height, body position errors
+    "height_scan",  # the locomotion task's scan grid over the floor and the box (skill experts read it)
+    "command",  # forward speed of the motion (its mean), lateral 0, yaw rate 0: a skill expert's velocity command
 )
 
 
@@ -74,6 +78,9 @@ class TrackingTaskConfig:
     hold_s: float = field(default=1.0, doc="Seconds the final pose is held after the motion: success needs it.")
     success_distance: float = field(default=0.15, doc="Success: pelvis within this of the final reference, m.")
     observations: dict[str, list[str]] = field(doc=f"Groups -> terms: {', '.join(TRACKING_OBSERVATIONS)}.")
+    height_scan: HeightScanConfig = field(
+        default_factory=HeightScanConfig, doc="Scan grid of the height_scan term (the locomotion task's default)."
+    )
 
     @property
     def policy_dt(self) -> float:

@@ -14,6 +14,7 @@ Rewards (each weighted and multiplied by the policy step, as in ``ParkourEnv``):
   body_lin_vel    exp(-mean_b |v_b - v_ref_b|^2 / std^2)
   anchor_ang_vel  exp(-|w_pelvis - w_ref|^2 / std^2), pelvis frame
   contact_pos     exp(-mean_c |p_c - p_ref_c|^2 / std^2) over the intended contacts active now (1 if none)
+  goal            exp(-|p_pelvis - p_goal|^2 / std^2), p_goal the reference's final pelvis position (skill experts)
   action_rate     |a - a_prev|^2
   joint_limit     sum of excursions past the soft joint limits, rad
 """
@@ -74,6 +75,8 @@ class TrackingEnv:
         mid, half = (lo + hi) / 2, (hi - lo) / 2 * task.robot.soft_joint_limit
         self.soft_lo, self.soft_hi = mid - half, mid + half
         self.num_actions = m.nu
+        self.action_offset = task.action_offset
+        self.scan_points = task.height_scan.points()
 
         def body(name: str, what: str) -> int:
             b = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, name)
@@ -95,6 +98,9 @@ class TrackingEnv:
             self.joint_qpos, self.joint_qvel, hold,
         )  # fmt: skip
         self.last_frame = self.ref.num_frames - 1
+        self.goal = self.ref.body_pos[-1, 0]
+        span = max(self.ref.motion_frames - 1, 1) * self.dt
+        self.command = np.array([(cfg.qpos[-1, 0] - cfg.qpos[0, 0]) / span, 0.0, 0.0])  # the motion's mean speed
 
         self.reward_names = list(task.rewards)
         self.reward_weights = np.array([task.rewards[n].weight for n in self.reward_names])
@@ -163,9 +169,43 @@ class TrackingEnv:
             for env in ids:
                 self.trajectories[env] = [self.qpos[env].copy()]
 
+    # ------------------------------------------------------------------ actions
+    def joint_offsets(self, kind: str) -> np.ndarray:
+        """[N, A] what an action of 0 targets: the reference's next joint positions or the default pose."""
+        if kind == "reference":
+            return self.ref.joint_pos[np.minimum(self.frame + 1, self.last_frame)]
+        if kind == "default":
+            return np.broadcast_to(self.default_joint_pos, (self.num_envs, self.num_actions))
+        raise ValueError(f"unknown action offset {kind!r}: reference or default")
+
+    def convert_actions(self, actions: torch.Tensor, env_ids: torch.Tensor, offset: str, scale: float | None = None):
+        """Actions of a policy with another offset (and scale) as this env's actions: the same joint targets.
+        A tracker (offset reference) labels a skill expert's states (offset default) with this."""
+        ids = env_ids.numpy()
+        s = self.task.action_scale
+        targets = self.joint_offsets(offset)[ids] + (scale or s) * actions.numpy()
+        return torch.from_numpy(((targets - self.joint_offsets(self.action_offset)[ids]) / s).astype(np.float32))
+
+    def teacher_obs(self, obs: dict, env_ids: torch.Tensor, offset: str, scale: float | None = None) -> dict:
+        """``obs`` of envs ``env_ids`` as a policy with another offset (and scale) reads them: the last action in
+        proprio re-expressed in its terms (the joint targets in force, minus its offset when they were set)."""
+        if offset == self.action_offset and scale in (None, self.task.action_scale):
+            return obs
+        ids = env_ids.numpy()
+        before = self.ref.joint_pos[self.frame[ids]] if offset == "reference" else self.default_joint_pos[None, :]
+        last = ((self.ctrl[ids] - before) / (scale or self.task.action_scale)).astype(np.float32)
+        out = {}
+        for group, terms in obs.items():
+            out[group] = dict(terms)
+            if "proprio" in terms:  # its last block is the last action
+                proprio = terms["proprio"].clone()
+                proprio[:, -self.num_actions :] = torch.from_numpy(last)
+                out[group]["proprio"] = proprio
+        return out
+
     # ------------------------------------------------------------------ step
     def step(self, actions: torch.Tensor) -> StepResult:
-        task, ref = self.task, self.ref
+        task = self.task
         a = actions.detach().cpu().numpy().astype(np.float64, copy=False)
         if a.shape != (self.num_envs, self.num_actions):
             raise ValueError(f"actions must be [{self.num_envs}, {self.num_actions}], got {list(a.shape)}")
@@ -173,8 +213,7 @@ class TrackingEnv:
         self.last_actions[:] = self.actions
         self.actions[:] = a
         nxt = np.minimum(self.frame + 1, self.last_frame)
-        offset = ref.joint_pos[nxt] if task.action_offset == "reference" else self.default_joint_pos[None, :]
-        self.ctrl[:] = offset + task.action_scale * a
+        self.ctrl[:] = self.joint_offsets(task.action_offset) + task.action_scale * a
         self.prev_body_pos[:] = self.xpos[:, self.bodies]
         self.batch.step(nstep=task.decimation, stage=mujoco.mjtStage.mjSTAGE_POS)
         self.frame = nxt
@@ -257,6 +296,7 @@ class TrackingEnv:
             "body_lin_vel": vel_sq,
             "anchor_ang_vel": ang_sq,
             "contact_pos": contact_sq,
+            "goal": np.sum((pos[:, 0] - self.goal) ** 2, axis=1),
         }
         cols = []
         for name in self.reward_names:
@@ -318,6 +358,23 @@ class TrackingEnv:
         pos = self.xpos[:, self.bodies]
         rel = (pos - pos[:, :1]) - (ref.body_pos[self.frame] - ref.body_pos[self.frame][:, :1])
         self._obs["privileged"] = np.concatenate([self.qvel[:, 0:3], root[:, 2:3], rel.reshape(self.num_envs, -1)], 1)
+        needed = {t for terms in self.groups.values() for t in terms}
+        if "height_scan" in needed:
+            self._obs["height_scan"] = self._height_scan(root, quat)
+        if "command" in needed:
+            self._obs["command"] = np.broadcast_to(self.command, (self.num_envs, 3))
+
+    def _height_scan(self, root: np.ndarray, quat: np.ndarray) -> np.ndarray:
+        """The locomotion env's height scan (llp.sim.sensors.height_scan) over this scene: the floor at 0 and the
+        box's top; relative to the ground level the pelvis implies, clipped to +-1 m."""
+        box = self.cfg.obstacle
+        yaw, _ = yaw_and_gravity(quat)
+        c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+        px = root[:, 0:1] + c * self.scan_points[:, 0] - s * self.scan_points[:, 1]
+        py = root[:, 1:2] + s * self.scan_points[:, 0] + c * self.scan_points[:, 1]
+        on_box = (px >= box.front_x) & (px <= box.front_x + box.depth) & (np.abs(py - box.y) <= box.width / 2)
+        ground = np.where(on_box, box.height, 0.0)
+        return np.clip(ground - (root[:, 2:3] - self.task.robot.base_height), -1.0, 1.0)
 
     def _obs_tensors(self) -> dict:
         return {

@@ -1,0 +1,100 @@
+"""The climb-and-step expert's pieces: the tracking expert's labels and observations re-expressed for a student
+whose actions offset the default pose, the height scan over the box, and the stage's config checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from llp.motion.seeds import seed_reference, seed_spec
+from llp.motion.tracking import TrackingEnvConfig, tracking_task
+from llp.motion.tracking_env import TrackingEnv
+
+SKILL_ENV = {
+    "action_offset": "default",
+    "observations": {"policy": ["proprio", "reference", "obstacle", "height_scan", "command"]},
+    "rewards": {"goal": {"weight": 1.0, "std": 0.5}},
+}
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return seed_reference(seed_spec("climb_step_25"))
+
+
+def _env(seed, n: int, overrides: dict) -> TrackingEnv:
+    cfg = TrackingEnvConfig(task=tracking_task(overrides=overrides), qpos=seed.qpos, fps=seed.fps,
+                            obstacle=seed.obstacle, contacts=seed.contacts, reference_id=seed.id)  # fmt: skip
+    return TrackingEnv(cfg, n, seed=5)
+
+
+def test_an_expert_label_converted_to_default_offsets_gives_the_same_joint_targets_and_the_same_motion(seed):
+    """The same start, the expert's action in its terms in one env and converted in the other: same targets, same
+    physics, and the expert reads the same proprioception (its own last action) in both."""
+    expert_env = _env(seed, 4, {"observations": SKILL_ENV["observations"]})
+    skill_env = _env(seed, 4, SKILL_ENV)
+    ids = torch.arange(4)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        a = torch.from_numpy(rng.normal(0, 0.3, size=(4, expert_env.num_actions)).astype(np.float32))
+        converted = skill_env.convert_actions(a, ids, "reference")
+        assert not torch.allclose(converted, a)  # the offsets differ: (reference - default) / scale
+        r1, r2 = expert_env.step(a), skill_env.step(converted)
+        np.testing.assert_allclose(skill_env.ctrl, expert_env.ctrl, atol=1e-5)
+        np.testing.assert_allclose(skill_env.qpos, expert_env.qpos, atol=1e-4)
+        seen = skill_env.teacher_obs(r2.obs, ids, "reference")["policy"]["proprio"]
+        torch.testing.assert_close(seen, r1.obs["policy"]["proprio"], atol=1e-4, rtol=0)
+        # the student's own proprioception holds its own last action
+        torch.testing.assert_close(r2.obs["policy"]["proprio"][:, -skill_env.num_actions :], converted)
+
+
+def test_the_height_scan_reads_the_box_ahead_and_the_command_is_the_motions_speed(seed):
+    env = _env(seed, 2, SKILL_ENV)
+    obs = env.reset()["policy"]
+    scan, points = obs["height_scan"].numpy(), env.scan_points
+    box = seed.obstacle
+    assert scan.shape == (2, len(points)) == (2, 187)
+    x = env.qpos[:, 0:1] + points[None, :, 0]  # the robot starts facing +x, at the motion's start
+    inside = (x >= box.front_x + 0.02) & (x <= box.front_x + box.depth - 0.02) & (np.abs(points[None, :, 1]) < 0.5)
+    outside = (x < box.front_x - 0.02) | (x > box.front_x + box.depth + 0.02)
+    level = env.qpos[:, 2:3] - env.task.robot.base_height  # the scan is relative to the standing pelvis height
+    assert inside.any() and outside.any()
+    np.testing.assert_allclose(scan[inside], np.broadcast_to(box.height - level, scan.shape)[inside], atol=1e-5)
+    np.testing.assert_allclose(scan[outside], np.broadcast_to(-level, scan.shape)[outside], atol=1e-5)
+    speed = (seed.qpos[-1, 0] - seed.qpos[0, 0]) / ((len(seed.qpos) - 1) / seed.fps)
+    np.testing.assert_allclose(obs["command"].numpy(), [[speed, 0, 0]] * 2, atol=1e-6)
+    assert 0.1 < speed < 0.3
+
+
+def test_the_goal_reward_peaks_on_top_of_the_box(seed):
+    env = _env(seed, 1, SKILL_ENV)
+    k = env.reward_names.index("goal")
+    env.qpos[:] = env.ref.qpos[-1]
+    env.batch.forward(np.arange(1))
+    on_top = env._rewards()[0][0, k]
+    env.qpos[:] = env.ref.qpos[0]
+    env.batch.forward(np.arange(1))
+    at_start = env._rewards()[0][0, k]
+    assert on_top == pytest.approx(1.0, abs=1e-6) and at_start < 0.5 * on_top
+
+
+@pytest.mark.parametrize(
+    "override, where, message",
+    [
+        ({"actor": {"obs": ["policy/proprio", "policy/reference"]}}, "actor.obs[1]", "what the robot senses"),
+        ({"env": {"action_offset": "reference"}}, "env.action_offset", "offsets the default pose"),
+        ({"ppo": {"dagger_coef": 0.0}}, "ppo.dagger_coef", "learns from the tracking expert"),
+        ({"actor": {"obs": ["policy/proprio", "policy/depth"]}}, "actor.obs[1]", "is not an observation"),
+    ],
+)
+def test_a_bad_skill_config_names_its_field(override, where, message):
+    from llp.config.pipeline import load_pipeline, resolved
+    from llp.config.schema import ConfigError, build, merge
+    from llp.stages.skill_expert import SkillExpertConfig
+
+    base = resolved(load_pipeline("smoke"))["stages"]["skill_climb_step"]
+    build(SkillExpertConfig, base, "stages.skill_climb_step")
+    with pytest.raises(ConfigError) as err:
+        build(SkillExpertConfig, merge(base, override), "stages.skill_climb_step")
+    assert f"stages.skill_climb_step.{where}" in str(err.value) and message in str(err.value)
