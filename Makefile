@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= local
+# pytest workers for make test: a test file per worker. The suite mostly waits (servers starting, Ray actors,
+# timeouts): one worker kept 2 cores about 55% busy.
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-faults lint bench bench-faults pictures clean-runs
 
@@ -29,10 +32,10 @@ run: $(STAMP)
 	$(BIN)/llp run --profile $(PROFILE)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test-faults: $(STAMP)
-	$(BIN)/python -m pytest -q -m "fault and not slow"
+	$(BIN)/python -m pytest -q -m "fault and not slow" -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check llp flows actors stages infra tests
