@@ -225,13 +225,16 @@ def success_plot(results: list[RunResult], path: Path) -> Path:
             name = r.label if r.label == r.run_id else f"{r.label} ({r.run_id})"
             ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, lw=1, label=name)
         ax.set_title(tile_type, fontsize=9)
-        ax.set_xticks([s["level"] for s in rows])
+        levels = [s["level"] for s in rows]
+        ax.set_xlim(min(levels) - 0.5, max(levels) + 0.5)
+        ax.set_xticks(levels)
         ax.set_xticklabels([s["difficulty"].replace("step ", "") for s in rows], fontsize=6, rotation=30)
         ax.set_ylim(-5, 105)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("success, % (95% Wilson interval)")
-    axes[0][-1].legend(fontsize=6, loc="lower left")
-    fig.tight_layout()
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=7, loc="lower center", ncol=min(4, max(1, len(names))), frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * (1 + (len(names) - 1) // 4), 1, 1))  # room for the legend under the plots
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
