@@ -151,7 +151,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
             else f"raised {parent.id} by {cfg.height_step} m (IK); no tracking rollout succeeded"
         )
         entry = library.add(Reference(**common, made_by=made, acceptance=checks, tracking_error_m=error,
-                                      success_rate=rate, qpos=motion))  # fmt: skip
+                                      success_rate=rate, qpos=motion, tracked=qpos))  # fmt: skip
         rounds.append({"round": r, "id": ref_id, "height_m": obstacle.height, "tracking_error_m": error,
                        "success_rate": rate, "iterations": iterations, "accepted": entry.accepted,
                        "final_return": history[-1].get("episode/return") if history else None})  # fmt: skip

@@ -120,12 +120,19 @@ def hardest_reference(library_dir, skill: str):
 
 
 def skill_env(cfg: SkillExpertConfig, ref, tracker_spec: dict | None = None):
-    """The training env around ``ref``; with ``tracker_spec``, checks that it gives every term the expert reads."""
+    """The training env around ``ref``: the motion its tracker was trained on (the round's raised proposal; the
+    tracker does not follow its own rollout kept as the entry's motion); with ``tracker_spec``, checks that it
+    gives every term the expert reads."""
     from llp.motion.tracking import TrackingEnvConfig, tracking_task
 
+    if ref.tracked is None:
+        raise ValueError(
+            f"reference {ref.id} does not record the motion its tracker was trained on (a library "
+            "grown before that was recorded: grow it again with the reference_augmentation stage)"
+        )
     task = tracking_task(cfg.task, cfg.robot, cfg.env)
-    env_cfg = TrackingEnvConfig(task=task, qpos=ref.qpos, fps=ref.fps, obstacle=ref.obstacle, contacts=ref.contacts,
-                                reference_id=ref.id)  # fmt: skip
+    env_cfg = TrackingEnvConfig(task=task, qpos=ref.tracked, fps=ref.fps, obstacle=ref.obstacle,
+                                contacts=ref.contacts, reference_id=ref.id)  # fmt: skip
     for obs_ref in (tracker_spec or {}).get("obs", []):
         group, _, term = obs_ref.partition("/")
         if term not in task.observations.get(group, []):

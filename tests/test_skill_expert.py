@@ -98,3 +98,29 @@ def test_a_bad_skill_config_names_its_field(override, where, message):
     with pytest.raises(ConfigError) as err:
         build(SkillExpertConfig, merge(base, override), "stages.skill_climb_step")
     assert f"stages.skill_climb_step.{where}" in str(err.value) and message in str(err.value)
+
+
+def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_path):
+    """A growth round keeps its physics rollout as the entry's motion and the proposal its tracker learned as
+    ``tracked``; the skill stage takes the tallest accepted round and gives the tracker that proposal."""
+    from dataclasses import replace
+
+    from llp.config.pipeline import load_pipeline
+    from llp.motion.library import ReferenceLibrary
+    from llp.stages.registry import stage_config
+    from llp.stages.skill_expert import hardest_reference, skill_env
+
+    library = ReferenceLibrary(tmp_path / "lib")
+    library.add(seed)
+    rollout, proposal = seed.qpos + 0.01, seed.qpos + 0.02
+    for r, height in ((1, 0.275), (2, 0.30)):
+        library.add(replace(seed, id=f"climb_step_25.r{r}", round=r, parent=f"climb_step_25.r{r - 1}", qpos=rollout,
+                            tracked=proposal, obstacle=replace(seed.obstacle, height=height)))  # fmt: skip
+    ref = hardest_reference(tmp_path / "lib", "climb_step")  # read back from disk
+    assert ref.id == "climb_step_25.r2" and np.array_equal(ref.qpos, rollout) and np.array_equal(ref.tracked, proposal)
+    cfg = stage_config(load_pipeline("smoke"), "skill_climb_step")
+    assert np.array_equal(skill_env(cfg, ref).qpos, proposal)
+    with pytest.raises(ValueError, match="does not record the motion its tracker was trained on"):
+        skill_env(cfg, replace(ref, tracked=None))
+    with pytest.raises(ValueError, match="no accepted physics-tracked 'speed_vault' entry"):
+        hardest_reference(tmp_path / "lib", "speed_vault")

@@ -43,6 +43,10 @@ class Reference:
     tracking_error_m: float | None = None  # mean body-position error of the physics rollout (growth rounds)
     success_rate: float | None = None  # of the dynamic acceptance trials
     qpos: np.ndarray | None = None  # [T, nq], loaded on demand
+    # growth rounds: the raised proposal the round's tracker was trained on ([T, nq], loaded with the motion).
+    # The tracker follows it, not the physics rollout kept as ``qpos``: a skill stage whose expert is that
+    # tracker must give it this reference (on its own rollout as reference, the 30 cm tracker fell every time)
+    tracked: np.ndarray | None = None
 
     @property
     def accepted(self) -> bool:
@@ -50,7 +54,8 @@ class Reference:
         return all(a.passed is not False for a in self.acceptance)
 
     def to_json(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("qpos", "obstacle", "contacts", "acceptance")}
+        skip = ("qpos", "tracked", "obstacle", "contacts", "acceptance")
+        d = {k: v for k, v in asdict(self).items() if k not in skip}
         d["obstacle"] = to_dict(self.obstacle)
         d["contacts"] = [to_dict(c) for c in self.contacts]
         d["acceptance"] = [a.to_dict() for a in self.acceptance]
@@ -87,7 +92,7 @@ class ReferenceLibrary:
         for e in self.entries:
             if e.id == ref_id:
                 if with_motion and e.qpos is None:
-                    e.qpos = _read_motion(self.root / f"{ref_id}.npz")
+                    e.qpos, e.tracked = _read_motion(self.root / f"{ref_id}.npz")
                 return e
         raise KeyError(f"no reference {ref_id!r} in {self.root}; it has {[e.id for e in self.entries]}")
 
@@ -100,7 +105,9 @@ class ReferenceLibrary:
         if ref.qpos is None:
             raise ValueError(f"reference {ref.id!r} has no motion")
         self.root.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.root / f"{ref.id}.npz", lambda f: np.savez_compressed(f, qpos=ref.qpos, fps=ref.fps))
+        extra = {} if ref.tracked is None else {"tracked": ref.tracked}
+        _write_atomic(self.root / f"{ref.id}.npz",
+                      lambda f: np.savez_compressed(f, qpos=ref.qpos, fps=ref.fps, **extra))  # fmt: skip
         self.entries.append(ref)
         text = json.dumps({"entries": [e.to_json() for e in self.entries]}, indent=1)
         _write_atomic(self.root / INDEX, lambda f: f.write(text.encode()))
@@ -150,14 +157,18 @@ def _read_index(index: Path) -> list[Reference]:
     return entries
 
 
-def _read_motion(path: Path) -> np.ndarray:
+def _read_motion(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """The motion and, for a growth round, the proposal its tracker was trained on."""
     try:
-        qpos = np.load(path)["qpos"]
+        data = np.load(path)
+        qpos = data["qpos"]
+        tracked = data["tracked"] if "tracked" in data.files else None
     except (OSError, KeyError, ValueError) as err:
         raise LibraryError(f"{path}: not a motion file with an array 'qpos' ({err})") from None
-    if qpos.ndim != 2 or not np.isfinite(qpos).all():
-        raise LibraryError(f"{path}: 'qpos' must be a finite [frames, nq] array, got shape {qpos.shape}")
-    return qpos
+    for name, q in (("qpos", qpos), ("tracked", tracked)):
+        if q is not None and (q.ndim != 2 or not np.isfinite(q).all()):
+            raise LibraryError(f"{path}: '{name}' must be a finite [frames, nq] array, got shape {q.shape}")
+    return qpos, tracked
 
 
 def _verdict(passed: bool | None) -> str:
