@@ -139,7 +139,8 @@ class StageContext:
         init_ray(self.run_dir / "ray")
 
     # ---------------------------------------------------------------- checkpoints
-    def _checkpoint_dir(self) -> Path:
+    def checkpoint_dir(self) -> Path:
+        """This stage's local checkpoint folder in the run's folder (made on first use)."""
         path = self.run_dir / "checkpoints" / self.stage
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -149,8 +150,8 @@ class StageContext:
         checkpoint, then sends the metrics of the iterations it covers. Training goes on meanwhile, also while
         the tracking server is unreachable: uploads wait for it, in order, and a newer checkpoint supersedes
         older ones still waiting."""
-        local = Path(trainer.save(str(self._checkpoint_dir() / "latest.pt"), iteration, history))
-        staged = self._checkpoint_dir() / f"upload-{iteration}.pt"
+        local = Path(trainer.save(str(self.checkpoint_dir() / "latest.pt"), iteration, history))
+        staged = self.checkpoint_dir() / f"upload-{iteration}.pt"
         shutil.copyfile(local, staged)
         metrics, self.pending = self.pending, []
         if self.uploads is None:
@@ -165,7 +166,7 @@ class StageContext:
     def restore_checkpoint(self, trainer) -> tuple[int, list]:
         """Resume ``trainer`` from this stage run's latest checkpoint: (next iteration, history so far)."""
         self.drain_uploads()
-        path = tracking.download_checkpoint(self.mlflow_run_id, self._checkpoint_dir() / "download")
+        path = tracking.download_checkpoint(self.mlflow_run_id, self.checkpoint_dir() / "download")
         if path is None:
             return 0, []
         state = trainer.load(str(path))
@@ -280,7 +281,7 @@ class CheckpointUploads:
                     waiting = [it for _, it, _ in self.jobs]
                     raise RuntimeError(
                         f"{self.ctx.stage}: the tracking server did not take checkpoints {waiting} within "
-                        f"{timeout:.0f} s; they are kept in {self.ctx._checkpoint_dir()}"
+                        f"{timeout:.0f} s; they are kept in {self.ctx.checkpoint_dir()}"
                     )
                 self.lock.wait(min(left, 1.0))
 

@@ -1,4 +1,4 @@
-"""LLP stage 3, a single-skill expert (phase A: learning the skill from its tracking expert).
+"""LLP stage 3, a single-skill expert: phase A learns the skill from its tracking expert, phase B generalises it.
 
 The skill policy sees what a parkour policy sees on the robot's computer: proprioception, the height scan
 and a velocity command; no reference, no phase, no obstacle coordinates. It learns in the tracking env of the
@@ -10,13 +10,18 @@ The expert's actions correct the reference's next joint targets; the student's, 
 offset the default pose. The env re-expresses the expert's labels (and the last action it reads) so that
 both mean the same joint targets (``TrackingEnv.convert_actions``, ``teacher_obs``).
 
-Evaluated in the stage on fresh trials from the motion's first frame (the "favorable start" of the paper's
-critics): the tracking expert, the skill policy, and the default pose held under PD, on the same trials.
+Phase B (generalisation, LLP): PPO alone from phase A's networks, over every accepted physics-tracked reference
+of the skill in the library (one lane per obstacle height, ``TrackingEnvConfig.lanes``), with the rewards of the
+reference paired with each env's box and the goal reward; episodes start in the motion's first moments (no
+reference-state initialisation), the body in the default standing posture of the locomotion teacher.
+
+Evaluated in the stage on fresh trials from the motion's first frame: the "favorable start" of the paper's
+critics (the hardest reference, in its first pose), and phase B's start (every lane, standing posture); the
+tracking expert, the skill policy after each phase and the default pose held under PD, on the same trials.
 Success: the motion carried through and its final pose held for ``hold_s`` with the pelvis within
 ``success_distance`` of the reference's (on top of the box, standing).
 
-Not built yet: phase B (generalisation over the library's obstacle range, without expert labels, starts in the
-locomotion teacher's posture), the vaults (no vault seeds are authored).
+Not built yet: the vaults (no vault seeds are authored).
 """
 
 from __future__ import annotations
@@ -56,6 +61,26 @@ def _ppo() -> PPOConfig:
     return PPOConfig(rl_coef=1.0, dagger_coef=1.0, learning_rate=5e-4, schedule="fixed")
 
 
+def _phase_b_env() -> dict[str, Any]:
+    return {"start_window_s": 0.2, "start_at_zero": 0.0, "start_posture": "default"}
+
+
+def _phase_b_ppo() -> PPOConfig:
+    return PPOConfig(rl_coef=1.0, dagger_coef=0.0, learning_rate=1e-4, schedule="adaptive", entropy_coef=0.0)
+
+
+@dataclass(kw_only=True)
+class GeneralizationConfig:
+    """Phase B: PPO alone over the library's heights, from phase A's networks."""
+
+    iterations: int = field(default=0, doc="PPO iterations after phase A; 0: no phase B.")
+    env: dict[str, Any] = field(
+        default_factory=_phase_b_env,
+        doc="Overrides of phase A's env: where episodes start and in which posture (validated).",
+    )
+    ppo: PPOConfig = field(default_factory=_phase_b_ppo, doc="PPO alone (dagger_coef 0: no expert labels).")
+
+
 @dataclass(kw_only=True)
 class SkillExpertConfig:
     """Which skill, the env around its reference, the student's networks and budget."""
@@ -69,20 +94,29 @@ class SkillExpertConfig:
         "the goal reward (validated).",
     )
     envs_per_actor: int = field(default=64, doc="Envs in each simulator actor.")
-    iterations: int = field(default=1000, doc="DAgger + PPO iterations.")
+    iterations: int = field(default=1000, doc="Phase A: DAgger + PPO iterations.")
     checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
     trials: int = field(default=64, doc="Evaluation trials from the first frame, per policy (the same trials).")
     retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=_ppo, doc="The learning rule: DAgger (dagger_coef) + lambda PPO (rl_coef).")
     actor: ActorConfig = field(default_factory=_actor, doc="The skill policy (no reference in its input).")
     critic: CriticConfig = field(default_factory=_critic, doc="Privileged critic (reads the reference too).")
+    generalization: GeneralizationConfig = field(
+        default_factory=GeneralizationConfig, doc="Phase B: PPO over every height of the skill in the library."
+    )
 
     def validate(self, path: str) -> None:
-        from llp.config.schema import ConfigError
+        from llp.config.schema import ConfigError, merge
         from llp.motion.tracking import tracking_task
 
         for name in ("envs_per_actor", "iterations", "checkpoint_every", "trials"):
             check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
+        gen = self.generalization
+        check(gen.iterations >= 0, f"{path}.generalization.iterations", "must be >= 0")
+        check(gen.ppo.dagger_coef == 0, f"{path}.generalization.ppo.dagger_coef", "phase B has no expert labels: 0")
+        check(gen.ppo.rl_coef > 0, f"{path}.generalization.ppo.rl_coef", "phase B learns by PPO alone: > 0")
+        check(gen.ppo.num_steps == self.ppo.num_steps, f"{path}.generalization.ppo.num_steps",
+              f"must match phase A's rollout length {self.ppo.num_steps}")  # fmt: skip
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "phase A learns from the tracking expert: > 0")
         try:
@@ -91,6 +125,10 @@ class SkillExpertConfig:
             where = err.path if err.path in ("task", "robot") else f"env.{err.path}"
             raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
         check(task.action_offset == "default", f"{path}.env.action_offset", "a skill policy offsets the default pose")
+        try:
+            tracking_task(self.task, self.robot, merge(self.env, gen.env))
+        except ConfigError as err:
+            raise ConfigError(f"{path}.generalization.env.{err.path}", str(err).split(": ", 1)[-1]) from None
         produced = {g: list(t) for g, t in task.observations.items()}
         check_network_obs(self, self.task, produced, path)
         for i, ref in enumerate(self.actor.obs):
@@ -101,8 +139,8 @@ class SkillExpertConfig:
             )
 
 
-def hardest_reference(library_dir, skill: str):
-    """The accepted library entry of ``skill`` with the tallest obstacle (with its motion)."""
+def skill_references(library_dir, skill: str) -> list:
+    """The accepted physics-tracked library entries of ``skill`` (with their motions), lowest obstacle first."""
     from pathlib import Path
 
     from llp.motion.library import INDEX, ReferenceLibrary
@@ -115,8 +153,13 @@ def hardest_reference(library_dir, skill: str):
     if not accepted:
         have = sorted({f"{e.skill} ({e.id}, {'accepted' if e.accepted else 'rejected'})" for e in library.entries})
         raise ValueError(f"the reference library has no accepted physics-tracked {skill!r} entry (it has {have})")
-    best = max(accepted, key=lambda e: (e.obstacle.height, e.round))
-    return library.get(best.id, with_motion=True)
+    accepted.sort(key=lambda e: (e.obstacle.height, e.round))
+    return [library.get(e.id, with_motion=True) for e in accepted]
+
+
+def hardest_reference(library_dir, skill: str):
+    """The accepted library entry of ``skill`` with the tallest obstacle (with its motion)."""
+    return skill_references(library_dir, skill)[-1]
 
 
 def skill_env(cfg: SkillExpertConfig, ref, tracker_spec: dict | None = None):
@@ -141,46 +184,104 @@ def skill_env(cfg: SkillExpertConfig, ref, tracker_spec: dict | None = None):
     return env_cfg
 
 
+def generalization_env(cfg: SkillExpertConfig, refs: list):
+    """Phase B's env: one lane per reference (their physics rollouts, each over its box), phase B's starts."""
+    from llp.config.schema import merge
+    from llp.motion.tracking import Lane, TrackingEnvConfig, tracking_task
+
+    task = tracking_task(cfg.task, cfg.robot, merge(cfg.env, cfg.generalization.env))
+    lanes = [Lane(r.qpos, r.obstacle, r.contacts, r.id) for r in refs]
+    first = lanes[0]
+    return TrackingEnvConfig(task=task, qpos=first.qpos, fps=refs[0].fps, obstacle=first.obstacle,
+                             contacts=first.contacts, reference_id=first.reference_id, lanes=lanes[1:])  # fmt: skip
+
+
 def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
-    """DAgger + PPO from the tracking expert; evaluate beside it; returns {'policy': models:/ URI}."""
+    """Phase A (DAgger + PPO from the tracking expert), then phase B (PPO over the library's heights); evaluate
+    beside the expert; returns {'policy': models:/ URI}."""
     from dataclasses import replace
 
     from llp.actors.pool import TrainingPool
-    from llp.learn.models import Actor
     from llp.learn.spec import TeacherSpec, TrainSpec
 
-    ref = hardest_reference(ctx.load_dataset(inputs["library"]), cfg.skill)
+    refs = skill_references(ctx.load_dataset(inputs["library"]), cfg.skill)
+    ref = refs[-1]
     tracker = ctx.frozen_policy(inputs["tracker"])
     env_cfg = skill_env(cfg, ref, tracker.spec)
-    print(f"[llp] {ctx.stage}: learning {ref.id} ({100 * ref.obstacle.height:.1f} cm {ref.obstacle.kind}) from "
-          f"{tracker.uri}", flush=True)  # fmt: skip
+    gen_cfg = generalization_env(cfg, refs)
+    a_iters, total = cfg.iterations, cfg.iterations + cfg.generalization.iterations
+    print(f"[llp] {ctx.stage}: phase A learns {ref.id} ({100 * ref.obstacle.height:.1f} cm {ref.obstacle.kind}) "
+          f"from {tracker.uri}; phase B: {cfg.generalization.iterations} iterations over "
+          f"{[r.id for r in refs]}", flush=True)  # fmt: skip
     ctx.init_ray()
     spec = TrainSpec(env=env_cfg, envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor,
                      critic=cfg.critic, ppo=cfg.ppo, teachers=[TeacherSpec(tracker)])  # fmt: skip
     pool = TrainingPool(ctx.resources, spec)
+    phase_a = None  # phase A's actor, evaluated after the stage (None when resumed past it)
     try:
         start, history = ctx.restore_checkpoint(pool)
-        progress = ctx.progress(cfg.iterations, start)
-        for it in range(start, cfg.iterations):
+        progress = ctx.progress(total, start)
+        for it in range(start, total):
+            if it == a_iters or (it == start and start > a_iters):  # phase B: its env, no expert, PPO alone
+                if it == a_iters:
+                    phase_a = _actor(cfg, pool)
+                pool = _switch_to_phase_b(ctx, cfg, pool, gen_cfg, it, history, fresh_rate=it == a_iters)
             metrics = pool.iteration()
+            metrics["phase/generalization"] = float(it >= a_iters)
             history.append({k: metrics[k] for k in ("episode/return", "episode/length", "loss/dagger") if k in metrics})
             ctx.log_iteration(metrics, step=it)
             progress.update(it, metrics)
-            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
+            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == total:
                 ctx.save_checkpoint(pool, it, history)
             ctx.fault_point(it, pool)
-        actor = Actor(cfg.actor, pool.spaces["obs_dims"], pool.spaces["num_actions"])
-        actor.load_state_dict(pool.actor_state())
-        dims = pool.spaces["obs_dims"]
+        actor, dims = _actor(cfg, pool), pool.spaces["obs_dims"]
     finally:
         pool.close()
     ctx.log_learning_curve(history)
     uri = _register(ctx, actor, dims, env_cfg)
     offset = tracker.spec.get("action_offset", "default")  # the expert runs in its own action terms
-    tracker_env = replace(env_cfg, task=replace(env_cfg.task, action_offset=offset))
-    _evaluate(ctx, cfg, {"tracking expert": (tracker.uri, tracker_env), "skill policy": (uri, env_cfg),
-                         "default pose": (None, env_cfg)})  # fmt: skip
+    expert = (tracker.uri, replace(env_cfg, task=replace(env_cfg.task, action_offset=offset)))
+    still = (None, env_cfg)
+    policies = {"tracking expert": expert, "skill policy": (uri, env_cfg), "default pose": still}
+    if cfg.generalization.iterations:
+        if phase_a is not None:
+            policies["after phase A"] = (phase_a, env_cfg)
+        else:  # resumed after the switch: phase A's networks are in no checkpoint of this run any more
+            print(f"[llp] {ctx.stage}: resumed in phase B; phase A's policy is not evaluated", flush=True)
+    _evaluate(ctx, cfg, policies, "favorable start")
+    if cfg.generalization.iterations:
+        expert_b = (tracker.uri, replace(gen_cfg, task=replace(gen_cfg.task, action_offset=offset)))
+        at_b = {k: (v[0], gen_cfg) for k, v in policies.items() if k != "tracking expert"}
+        _evaluate(ctx, cfg, {"tracking expert": expert_b, **at_b}, "standing start")
     return {"policy": uri}
+
+
+def _actor(cfg: SkillExpertConfig, pool):
+    """The pool's current student as a local module (eval mode)."""
+    from llp.learn.models import Actor
+
+    actor = Actor(cfg.actor, pool.spaces["obs_dims"], pool.spaces["num_actions"])
+    actor.load_state_dict(pool.actor_state())
+    return actor.eval()
+
+
+def _switch_to_phase_b(ctx, cfg: SkillExpertConfig, pool, gen_cfg, it: int, history: list, fresh_rate: bool):
+    """A pool over phase B's env with no expert, holding ``pool``'s whole training state, under phase B's rule
+    (a fresh learning rate at the switch; a resumed phase B keeps its checkpoint's)."""
+    from dataclasses import replace
+
+    from llp.actors.pool import TrainingPool
+
+    handover = ctx.checkpoint_dir() / "phase-switch.pt"
+    pool.save(str(handover), it - 1, history)
+    pool.close()
+    new = TrainingPool(ctx.resources, replace(pool.spec, env=gen_cfg, teachers=[], ppo=cfg.generalization.ppo))
+    new.load(str(handover))  # networks, normalisers, optimiser (and, resumed, phase B's learning rate)
+    if fresh_rate:
+        new.set_rule(cfg.generalization.ppo, fresh_learning_rate=True)
+    print(f"[llp] {ctx.stage}: phase B from iteration {it}: PPO alone over {gen_cfg.task.start_posture} starts "
+          f"on {1 + len(gen_cfg.lanes)} references", flush=True)  # fmt: skip
+    return new
 
 
 def _register(ctx, actor, dims, env_cfg) -> str:
@@ -208,31 +309,44 @@ class _Still:
         return torch.zeros(memory, self.num_actions), memory, None
 
 
-def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict) -> None:
-    """Each policy on the same ``cfg.trials`` fresh trials from the first frame; metrics eval/<who>/..., a table."""
+def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> None:
+    """Each policy (a URI, a local actor, or None: the default pose) on the same ``cfg.trials`` fresh trials from
+    the first frame, spread over the env's lanes; metrics eval/<who>/... for the favorable start (the hardest
+    reference in its first pose), eval/standing_start/<who>/... for phase B's start; a table per protocol with
+    each lane's success."""
+    from llp.motion.tracking_env import TrackingEnv
     from llp.stages.reference_augmentation import run_trials
 
     table = {}
-    for who, (uri, env_cfg) in policies.items():
-        if uri is None:
-            from llp.motion.tracking_env import TrackingEnv
-
+    prefix = "eval/" if protocol == "favorable start" else f"eval/{protocol.replace(' ', '_')}/"
+    for who, (model, env_cfg) in policies.items():
+        if model is None:
             actor = _Still(TrackingEnv(env_cfg, 1).num_actions)
+        elif isinstance(model, str):
+            actor = ctx.frozen_policy(model).load()
         else:
-            actor = ctx.frozen_policy(uri).load()
+            actor = model
         trials = run_trials(env_cfg, actor, cfg.trials, seed=ctx.seed + 104729)
         n = len(trials)
         row = {
-            "model": uri or "baseline:default-pose",
+            "model": model if isinstance(model, str) else ("baseline:default-pose" if model is None else "phase A"),
             "trials": n,
             "success_rate": sum(t["success"] for t in trials) / n,
             "fall_rate": sum(t["fell"] for t in trials) / n,
             "mean_frames": sum(t["frames"] for t in trials) / n,
             "tracking_error_m": sum(t["tracking_error_m"] for t in trials) / n,
         }
+        lanes = sorted({t["reference_id"] for t in trials})
+        if len(lanes) > 1:
+            row["success_by_reference"] = {
+                ref: sum(t["success"] for t in trials if t["reference_id"] == ref)
+                / sum(t["reference_id"] == ref for t in trials)
+                for ref in lanes
+            }
         table[who] = row
-        key = who.replace(" ", "_")
-        ctx.log_metrics({f"eval/{key}/{k}": float(v) for k, v in row.items() if k not in ("model", "trials")}, step=0)
-        print(f"[llp] {ctx.stage}: {who}: {100 * row['success_rate']:.0f}% of {n} trials succeed, "
+        key = prefix + who.replace(" ", "_")
+        numbers = {k: v for k, v in row.items() if isinstance(v, float | int) and k != "trials"}
+        ctx.log_metrics({f"{key}/{k}": float(v) for k, v in numbers.items()}, step=0)
+        print(f"[llp] {ctx.stage}: {protocol}: {who}: {100 * row['success_rate']:.0f}% of {n} trials succeed, "
               f"{100 * row['fall_rate']:.0f}% fall", flush=True)  # fmt: skip
-    ctx.log_json(table, "evaluation/skill.json")
+    ctx.log_json(table, f"evaluation/skill_{protocol.replace(' ', '_')}.json")

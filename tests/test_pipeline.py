@@ -171,7 +171,8 @@ def test_the_depth_student_is_evaluated_beside_its_teacher_and_exported_with_lin
 
 def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(services, smoke_run):
     """The climb-and-step expert's version records the very library and tracker versions reference augmentation
-    registered in this run, its actor reads no reference, and it was evaluated beside the expert."""
+    registered in this run, its actor reads no reference, it went through both phases, and it was evaluated
+    beside the expert and its phase-A self from both starts."""
     import mlflow
 
     from llp.flows import tracking
@@ -186,8 +187,11 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
     assert spec["obs"] == ["policy/proprio", "policy/height_scan", "policy/command"] and spec["num_frames"] == 5
     assert spec["action_offset"] == "default" and spec["num_actions"] == 21 == len(spec["action_joints"])
     run = mlflow_client(services).get_run(book["stages"]["skill_climb_step"]["mlflow_run"])
-    for who in ("tracking_expert", "skill_policy", "default_pose"):
-        assert 0 <= run.data.metrics[f"eval/{who}/success_rate"] <= 1
+    for who in ("tracking_expert", "skill_policy", "default_pose", "after_phase_A"):
+        assert 0 <= run.data.metrics[f"eval/{who}/success_rate"] <= 1  # from the hardest reference's first pose
+        assert 0 <= run.data.metrics[f"eval/standing_start/{who}/success_rate"] <= 1  # phase B's starts
+    phases = mlflow_client(services).get_metric_history(run.info.run_id, "phase/generalization")
+    assert [m.value for m in sorted(phases, key=lambda m: m.step)] == [0, 0, 0, 1, 1]  # 3 DAgger + PPO, 2 PPO
     assert run.data.params["inputs.tracker"] == upstream["tracker"]
 
 

@@ -70,10 +70,10 @@ def test_the_height_scan_reads_the_box_ahead_and_the_command_is_the_motions_spee
 def test_the_goal_reward_peaks_on_top_of_the_box(seed):
     env = _env(seed, 1, SKILL_ENV)
     k = env.reward_names.index("goal")
-    env.qpos[:] = env.ref.qpos[-1]
+    env.qpos[:] = env.ref.qpos[0, -1]
     env.batch.forward(np.arange(1))
     on_top = env._rewards()[0][0, k]
-    env.qpos[:] = env.ref.qpos[0]
+    env.qpos[:] = env.ref.qpos[0, 0]
     env.batch.forward(np.arange(1))
     at_start = env._rewards()[0][0, k]
     assert on_top == pytest.approx(1.0, abs=1e-6) and at_start < 0.5 * on_top
@@ -86,6 +86,13 @@ def test_the_goal_reward_peaks_on_top_of_the_box(seed):
         ({"env": {"action_offset": "reference"}}, "env.action_offset", "offsets the default pose"),
         ({"ppo": {"dagger_coef": 0.0}}, "ppo.dagger_coef", "learns from the tracking expert"),
         ({"actor": {"obs": ["policy/proprio", "policy/depth"]}}, "actor.obs[1]", "is not an observation"),
+        (
+            {"generalization": {"env": {"start_posture": "crouch"}}},
+            "generalization.env.start_posture",
+            "reference or default",
+        ),
+        ({"generalization": {"ppo": {"dagger_coef": 1.0}}}, "generalization.ppo.dagger_coef", "no expert labels"),
+        ({"generalization": {"ppo": {"num_steps": 12}}}, "generalization.ppo.num_steps", "rollout length 8"),
     ],
 )
 def test_a_bad_skill_config_names_its_field(override, where, message):
@@ -102,13 +109,14 @@ def test_a_bad_skill_config_names_its_field(override, where, message):
 
 def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_path):
     """A growth round keeps its physics rollout as the entry's motion and the proposal its tracker learned as
-    ``tracked``; the skill stage takes the tallest accepted round and gives the tracker that proposal."""
+    ``tracked``; the skill stage takes the tallest accepted round and gives the tracker that proposal; phase B
+    tracks every accepted round's rollout, one lane each."""
     from dataclasses import replace
 
     from llp.config.pipeline import load_pipeline
     from llp.motion.library import ReferenceLibrary
     from llp.stages.registry import stage_config
-    from llp.stages.skill_expert import hardest_reference, skill_env
+    from llp.stages.skill_expert import generalization_env, hardest_reference, skill_env, skill_references
 
     library = ReferenceLibrary(tmp_path / "lib")
     library.add(seed)
@@ -120,6 +128,12 @@ def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_p
     assert ref.id == "climb_step_25.r2" and np.array_equal(ref.qpos, rollout) and np.array_equal(ref.tracked, proposal)
     cfg = stage_config(load_pipeline("smoke"), "skill_climb_step")
     assert np.array_equal(skill_env(cfg, ref).qpos, proposal)
+    refs = skill_references(tmp_path / "lib", "climb_step")  # phase B: every physics-tracked round, lowest first
+    gen = generalization_env(cfg, refs)
+    assert [lane.reference_id for lane in gen.references()] == ["climb_step_25.r1", "climb_step_25.r2"]
+    assert [lane.obstacle.height for lane in gen.references()] == [0.275, 0.30]
+    assert all(np.array_equal(lane.qpos, rollout) for lane in gen.references())  # the rollouts, not the proposals
+    assert gen.task.start_posture == "default" and gen.task.start_window_s == 0.2 and gen.task.start_at_zero == 0
     with pytest.raises(ValueError, match="does not record the motion its tracker was trained on"):
         skill_env(cfg, replace(ref, tracked=None))
     with pytest.raises(ValueError, match="no accepted physics-tracked 'speed_vault' entry"):

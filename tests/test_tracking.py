@@ -131,3 +131,73 @@ def test_a_reference_at_another_frame_rate_is_refused_with_the_reason(seed):
     with pytest.raises(ValueError, match="runs at 30.0 fps; the tracking policy at 50 Hz"):
         TrackingEnvConfig(task=tracking_task(), qpos=seed.qpos, fps=30.0, obstacle=seed.obstacle,
                           contacts=seed.contacts, reference_id="slow")  # fmt: skip
+
+
+def _two_heights(seed, **overrides) -> TrackingEnvConfig:
+    """The seed's motion over its box (lane 0) and over a box 10 cm taller (lane 1)."""
+    from llp.motion.tracking import Lane
+
+    tall = seed.obstacle.raised(0.10)
+    return TrackingEnvConfig(task=tracking_task(overrides=overrides), qpos=seed.qpos, fps=seed.fps,
+                             obstacle=seed.obstacle, contacts=seed.contacts, reference_id="low",
+                             lanes=[Lane(seed.qpos[:-10], tall, seed.contacts, "tall")])  # fmt: skip
+
+
+def test_lanes_give_each_env_its_own_reference_box_scan_and_goal(seed):
+    """Env i tracks lane i mod 2: its reference, its box (in the obstacle term and the scan) and its goal; each
+    lane's reference pose earns the full kernels in its own lane."""
+    from llp.motion.tracking_env import LANE_SPACING
+
+    env = TrackingEnv(_two_heights(seed, observations={"policy": ["proprio", "reference", "obstacle",
+                                                                  "height_scan"]}), 4, seed=2)  # fmt: skip
+    obs = env.start_trials()["policy"]
+    assert env.lane.tolist() == [0, 1, 0, 1] and env.last_frame.tolist()[:2] == [env.lane_last[0], env.lane_last[1]]
+    assert env.lane_last[0] - env.lane_last[1] == 10  # the shorter motion, its own end
+    np.testing.assert_allclose(env.qpos[1::2, 1] - env.qpos[0::2, 1], LANE_SPACING, atol=0.05)
+    np.testing.assert_allclose(obs["obstacle"][:, 3].numpy(), [0.25, 0.35, 0.25, 0.35], atol=1e-6)
+    np.testing.assert_allclose(obs["obstacle"][:, 2].numpy(), env.box[:, 2] - env.qpos[:, 1], atol=1e-5)
+    scan = obs["height_scan"].numpy()
+    level = env.qpos[:, 2:3] - env.task.robot.base_height
+    tops = np.unique(np.round(scan + level, 3), axis=1)  # ground under the scan points: floor, this env's box
+    np.testing.assert_allclose(np.unique(tops[0]), [0.0, 0.25], atol=1e-3)
+    np.testing.assert_allclose(np.unique(tops[1]), [0.0, 0.35], atol=1e-3)
+    np.testing.assert_allclose(env.goal[1, :2], env.ref.body_pos[1, -1, 0, :2], atol=1e-9)
+    assert abs(env.goal[1, 1] - env.goal[0, 1] - LANE_SPACING) < 1e-6
+    for f in (0, 40):  # both lanes at their reference pose: every kernel at 1
+        env.qpos[:] = env.ref.qpos[env.lane, f]
+        env.frame[:] = f
+        env.batch.forward(np.arange(4))
+        env.prev_body_pos[:] = env.xpos[:, env.bodies] - env.ref.body_vel[env.lane, f] * env.dt
+        terms, errors = env._rewards()
+        kernels = [env.reward_names.index(n) for n in ("anchor_pos", "body_pos", "contact_pos")]
+        np.testing.assert_allclose(terms[:, kernels], 1.0, atol=1e-6)
+        assert errors["anchor_pos"].max() < 1e-9
+
+
+def test_starts_near_the_motion_start_in_the_default_posture(seed):
+    env = TrackingEnv(_two_heights(seed, start_window_s=0.2, start_posture="default", start_at_zero=0.0), 200, seed=4)
+    assert env.start_frame.max() < 10 and len(np.unique(env.start_frame)) == 10  # 0.2 s at 50 Hz
+    joints = env.qpos[:, env.joint_qpos]
+    assert np.abs(joints - env.default_joint_pos).max() <= env.task.init_joint_noise + 1e-9
+    np.testing.assert_allclose(env.qpos[:, 2], env.ref.qpos[env.lane, env.start_frame, 2], atol=1e-9)
+    assert np.abs(env.qvel[:, 6:]).max() == 0.0
+    trials = TrackingEnv(_two_heights(seed, start_posture="default"), 2, seed=4)
+    trials.start_trials()
+    assert (trials.start_frame == 0).all()
+    assert np.abs(trials.qpos[:, trials.joint_qpos] - trials.default_joint_pos).max() <= 0.05 + 1e-9
+
+
+def test_lanes_with_other_contact_frames_are_refused(seed):
+    from llp.motion.tracking import Lane
+
+    other = [Contact(frame="left_hand", surface="top", start=0.0, end=0.5)]
+    with pytest.raises(ValueError, match="lanes of one skill share their contact frames"):
+        TrackingEnvConfig(
+            task=tracking_task(),
+            qpos=seed.qpos,
+            fps=seed.fps,
+            obstacle=seed.obstacle,
+            contacts=seed.contacts,
+            reference_id="a",
+            lanes=[Lane(seed.qpos, seed.obstacle, other, "b")],
+        )

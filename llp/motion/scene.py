@@ -60,19 +60,22 @@ class Contact:
         check(0 <= self.start < self.end, f"{path}.end", f"needs 0 <= start < end, got [{self.start}, {self.end}]")
 
 
-def add_obstacle(spec, obstacle: ObstacleBox) -> None:
-    """Add a floor plane and the obstacle box (named ``floor`` and ``obstacle``) to a robot's MjSpec."""
+def add_obstacle(spec, obstacle: ObstacleBox, name: str = "obstacle", floor: bool = True) -> None:
+    """Add the obstacle box (named ``name``) and, with ``floor``, a floor plane (``floor``) to a robot's MjSpec."""
     import mujoco
 
     world = spec.worldbody
-    floor = world.add_geom()
-    floor.name, floor.type, floor.size = "floor", mujoco.mjtGeom.mjGEOM_PLANE, [0, 0, 0.05]
-    floor.rgba = [0.55, 0.6, 0.65, 1]
+    geoms = []
+    if floor:
+        plane = world.add_geom()
+        plane.name, plane.type, plane.size = "floor", mujoco.mjtGeom.mjGEOM_PLANE, [0, 0, 0.05]
+        plane.rgba = [0.55, 0.6, 0.65, 1]
+        geoms.append(plane)
     box = world.add_geom()
-    box.name, box.type = "obstacle", mujoco.mjtGeom.mjGEOM_BOX
+    box.name, box.type = name, mujoco.mjtGeom.mjGEOM_BOX
     box.size, box.pos = obstacle.half_size.tolist(), obstacle.center.tolist()
     box.rgba = [0.35, 0.55, 0.8, 1]
-    for g in (floor, box):
+    for g in (*geoms, box):
         g.contype, g.conaffinity, g.group = 0, 1, 0
 
 

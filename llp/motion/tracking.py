@@ -13,6 +13,7 @@ also places the robot relative to the obstacle; intended contacts are rewarded a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,16 @@ class TrackingTaskConfig:
     start_at_zero: float = field(default=0.1, doc="Share of training episodes that start at the first frame.")
     init_joint_noise: float = field(default=0.05, doc="Uniform noise on the start joint positions, rad.")
     init_root_noise: float = field(default=0.02, doc="Uniform noise on the start pelvis position (x, y), m.")
+    start_window_s: float | None = field(
+        default=None,
+        doc="Training episodes start in the motion's first start_window_s seconds; None: anywhere along it "
+        "(reference-state initialisation).",
+    )
+    start_posture: str = field(
+        default="reference",
+        doc="Joints at an episode's start: the reference frame's (reference) or the default pose, the locomotion "
+        "teacher's standing posture (default).",
+    )
     hold_s: float = field(default=1.0, doc="Seconds the final pose is held after the motion: success needs it.")
     success_distance: float = field(default=0.15, doc="Success: pelvis within this of the final reference, m.")
     observations: dict[str, list[str]] = field(doc=f"Groups -> terms: {', '.join(TRACKING_OBSERVATIONS)}.")
@@ -93,6 +104,8 @@ class TrackingTaskConfig:
         check(self.action_scale > 0, f"{p}action_scale", "must be positive")
         check(self.hold_s >= 0, f"{p}hold_s", "must be >= 0")
         check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
+        check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
+        check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")
         check(len(self.tracked_bodies) > 0, f"{p}tracked_bodies", "needs at least one body")
         for name, term in self.rewards.items():
             where = f"{p}rewards.{name}"
@@ -112,8 +125,20 @@ class TrackingTaskConfig:
 
 
 @dataclass
+class Lane:
+    """One more reference for a tracking env, with its own box (a skill's library entry at another height)."""
+
+    qpos: np.ndarray  # [T, nq], the motion's start at x = y = 0 like the main reference's
+    obstacle: ObstacleBox
+    contacts: list[Contact]
+    reference_id: str = ""
+
+
+@dataclass
 class TrackingEnvConfig:
-    """Everything a tracking env needs, picklable for Ray: the task and the reference with its obstacle."""
+    """Everything a tracking env needs, picklable for Ray: the task and the reference with its obstacle; with
+    ``lanes``, more references of the same skill, each over its own box (env i tracks lane i mod lanes, the main
+    reference being lane 0)."""
 
     task: TrackingTaskConfig
     qpos: np.ndarray  # [T, nq] the reference
@@ -121,10 +146,15 @@ class TrackingEnvConfig:
     obstacle: ObstacleBox
     contacts: list[Contact]
     reference_id: str = ""
+    lanes: list[Lane] = dataclass_field(default_factory=list)
 
     @property
     def policy_dt(self) -> float:
         return self.task.policy_dt
+
+    def references(self) -> list[Lane]:
+        """Every reference in lane order, the main one first."""
+        return [Lane(self.qpos, self.obstacle, self.contacts, self.reference_id), *self.lanes]
 
     def __post_init__(self) -> None:
         if abs(self.fps * self.task.policy_dt - 1.0) > 1e-6:
@@ -132,8 +162,18 @@ class TrackingEnvConfig:
                 f"reference {self.reference_id!r} runs at {self.fps} fps; the tracking policy at "
                 f"{1 / self.task.policy_dt:g} Hz needs one reference frame per policy step"
             )
-        if self.qpos.ndim != 2 or len(self.qpos) < 2:
-            raise ValueError(f"reference {self.reference_id!r} needs at least 2 frames, got shape {self.qpos.shape}")
+        frames = [c.frame for c in self.contacts]
+        for lane in self.references():
+            name, q = lane.reference_id, lane.qpos
+            if q.ndim != 2 or len(q) < 2:
+                raise ValueError(f"reference {name!r} needs at least 2 frames, got shape {q.shape}")
+            if q.shape[1] != self.qpos.shape[1]:
+                raise ValueError(f"reference {name!r} has {q.shape[1]} qpos columns, {self.reference_id!r} "
+                                 f"{self.qpos.shape[1]}: one robot per env")  # fmt: skip
+            theirs = [c.frame for c in lane.contacts]
+            if theirs != frames:
+                raise ValueError(f"reference {name!r} has contacts on {theirs}, {self.reference_id!r} on {frames}: "
+                                 "lanes of one skill share their contact frames")  # fmt: skip
 
 
 def tracking_task(name: str = "tracking", robot: str = "lightbot0_like", overrides: dict[str, Any] | None = None):

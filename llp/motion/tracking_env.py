@@ -1,11 +1,16 @@
 """TrackingEnv: N envs tracking one motion reference over its obstacle, in one MuJoCo batch.
 
-Each env holds the robot, a floor and the reference's box. Training episodes start at a random frame of the
-reference, in its pose and velocity (reference-state initialisation, DeepMimic; mjlab samples start frames
-too), and run to the end of the motion plus ``hold_s`` in its final pose. The policy adds a correction to
-the reference's next joint positions (``action_offset: reference``). ``trial_mode`` starts every episode at
-the first frame and records each env's trajectory, for the dynamic acceptance test and for taking the best
-rollout as the repaired reference.
+Each env holds the robot, a floor and the reference's box. With lanes (``TrackingEnvConfig.lanes``) the model
+holds one box per reference, side by side ``LANE_SPACING`` apart, and env i tracks lane i mod lanes: one
+skill over several obstacle heights (a skill expert's generalisation).
+
+Training episodes start at a random frame of the reference, in its pose and velocity (reference-state
+initialisation, DeepMimic; mjlab samples start frames too), or in the motion's first ``start_window_s``
+seconds, in the reference's posture or the default one; they run to the end of the motion plus ``hold_s`` in
+its final pose. The policy adds a correction to the reference's next joint positions (``action_offset:
+reference``) or offsets the default pose (``default``). ``trial_mode`` starts every episode at the first frame
+and records each env's trajectory, for the dynamic acceptance test and for taking the best rollout as the
+repaired reference.
 
 Rewards (each weighted and multiplied by the policy step, as in ``ParkourEnv``):
   anchor_pos      exp(-|p_pelvis - p_ref|^2 / std^2), world frame = the scene's frame
@@ -21,16 +26,36 @@ Rewards (each weighted and multiplied by the policy step, as in ``ParkourEnv``):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mujoco
 import numpy as np
 import torch
 from mujoco.batch import Batch
 
 from llp.motion.scene import add_obstacle
-from llp.motion.tracking import TrackingEnvConfig, reference_kinematics
+from llp.motion.tracking import ReferenceKinematics, TrackingEnvConfig, reference_kinematics
 from llp.sim.env import StepResult
 from llp.sim.math3d import yaw_and_gravity
 from llp.sim.robot import default_joint_positions, load_robot_spec
+
+LANE_SPACING = 4.0  # m between the lanes' boxes (across the motion): a robot that strays 2 m sideways has fallen
+
+
+def _stack_lanes(kin: list[ReferenceKinematics]) -> ReferenceKinematics:
+    """Per-lane kinematics as one with a leading lane axis [L, T, ...], shorter lanes padded with their held
+    last frame (zero velocity); motion_frames becomes [L]."""
+    T = max(k.num_frames for k in kin)
+
+    def pad(a: np.ndarray, still: bool) -> np.ndarray:
+        extra = np.zeros_like(a[-1:]) if still else a[-1:]
+        return np.concatenate([a, np.repeat(extra, T - len(a), axis=0)])
+
+    moving = ("qvel", "joint_vel", "body_vel")
+    names = ("qpos", "qvel", "joint_pos", "joint_vel", "body_pos", "body_vel", "contact_pos", "contact_active",
+             "gravity")  # fmt: skip
+    arrays = {n: np.stack([pad(getattr(k, n), n in moving) for k in kin]) for n in names}
+    return ReferenceKinematics(**arrays, motion_frames=np.array([k.motion_frames for k in kin]))
 
 
 def _quat_angle(q: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -58,7 +83,10 @@ class TrackingEnv:
         spec = load_robot_spec(task.robot)
         spec.option.timestep = task.physics_dt
         spec.option.iterations = task.solver_iterations
-        add_obstacle(spec, cfg.obstacle)
+        lanes = cfg.references()
+        self.boxes = [replace(lane.obstacle, y=lane.obstacle.y + k * LANE_SPACING) for k, lane in enumerate(lanes)]
+        for k, box in enumerate(self.boxes):
+            add_obstacle(spec, box, name="obstacle" if k == 0 else f"obstacle_{k}", floor=k == 0)
         m = self.model = spec.compile()
         self.batch = Batch(m, num_envs, nthread=threads)
         self.qpos, self.qvel = self.batch.bind("qpos"), self.batch.bind("qvel")
@@ -93,14 +121,26 @@ class TrackingEnv:
             raise ValueError(f"reference {cfg.reference_id}: contact frames {unknown} are not in contact_frames")
         self.contact_bodies = np.array([body(task.contact_frames[c.frame], "contact_frames") for c in cfg.contacts])
         hold = int(round(task.hold_s / self.dt))
-        self.ref = reference_kinematics(
-            m, cfg.qpos, cfg.fps, list(self.bodies), list(self.contact_bodies), cfg.contacts,
-            self.joint_qpos, self.joint_qvel, hold,
-        )  # fmt: skip
-        self.last_frame = self.ref.num_frames - 1
-        self.goal = self.ref.body_pos[-1, 0]
-        span = max(self.ref.motion_frames - 1, 1) * self.dt
-        self.command = np.array([(cfg.qpos[-1, 0] - cfg.qpos[0, 0]) / span, 0.0, 0.0])  # the motion's mean speed
+        kin = []
+        for k, lane in enumerate(lanes):
+            q = lane.qpos.copy()
+            q[:, 1] += k * LANE_SPACING
+            kin.append(reference_kinematics(
+                m, q, cfg.fps, list(self.bodies), list(self.contact_bodies), lane.contacts,
+                self.joint_qpos, self.joint_qvel, hold,
+            ))  # fmt: skip
+        self.ref = _stack_lanes(kin)  # arrays [lane, frame, ...]
+        self.num_lanes = len(lanes)
+        self.lane = np.arange(num_envs) % self.num_lanes  # env i tracks lane i mod lanes
+        self.lane_ids = [lane.reference_id for lane in lanes]
+        self.lane_last = np.array([k.num_frames - 1 for k in kin])  # [L] each lane's last frame (end of its hold)
+        self.last_frame = self.lane_last[self.lane]  # [N]
+        self.goal = np.stack([k.body_pos[-1, 0] for k in kin])[self.lane]  # [N, 3] the final pelvis position
+        spans = np.array([max(k.motion_frames - 1, 1) * self.dt for k in kin])
+        speed = np.array([(lane.qpos[-1, 0] - lane.qpos[0, 0]) for lane in lanes]) / spans  # each motion's mean speed
+        self.command = np.stack([speed, np.zeros_like(speed), np.zeros_like(speed)], axis=1)[self.lane]  # [N, 3]
+        box_rows = [[b.front_x, b.front_x + b.depth, b.y, b.width, b.height] for b in self.boxes]
+        self.box = np.array(box_rows)[self.lane]  # [N, 5] front, back, centre y, width, height of each env's box
 
         self.reward_names = list(task.rewards)
         self.reward_weights = np.array([task.rewards[n].weight for n in self.reward_names])
@@ -144,18 +184,26 @@ class TrackingEnv:
 
     def _reset_envs(self, ids: np.ndarray) -> None:
         task, rng, ref, k = self.task, self.rng, self.ref, len(ids)
+        lane = self.lane[ids]
         if self.trial_mode:
             start = np.zeros(k, dtype=np.int64)
         else:
-            start = rng.integers(0, max(ref.motion_frames - 1, 1), size=k)
+            last = ref.motion_frames[lane] - 1  # RSI: any frame of the motion
+            if task.start_window_s is not None:
+                last = np.minimum(last, int(round(task.start_window_s / self.dt)))
+            start = np.floor(rng.uniform(size=k) * np.maximum(last, 1)).astype(np.int64)
             start[rng.uniform(size=k) < task.start_at_zero] = 0
-        q = ref.qpos[start].copy()
+        q = ref.qpos[lane, start].copy()
+        if task.start_posture == "default":  # the locomotion teacher's standing posture, at the frame's root
+            q[:, self.joint_qpos] = self.default_joint_pos
         q[:, self.joint_qpos] += rng.uniform(-1, 1, size=(k, self.num_actions)) * task.init_joint_noise
         q[:, 0:2] += rng.uniform(-1, 1, size=(k, 2)) * task.init_root_noise
         q[:, self.joint_qpos] = np.clip(q[:, self.joint_qpos], self.joint_lo, self.joint_hi)
         self.qpos[ids] = q
-        self.qvel[ids] = ref.qvel[start]
-        self.ctrl[ids] = ref.joint_pos[start]
+        self.qvel[ids] = ref.qvel[lane, start]
+        if task.start_posture == "default":
+            self.qvel[ids, 6:] = 0.0
+        self.ctrl[ids] = q[:, self.joint_qpos] if task.start_posture == "default" else ref.joint_pos[lane, start]
         self.batch.forward(ids)
         self.frame[ids] = start
         self.start_frame[ids] = start
@@ -173,7 +221,7 @@ class TrackingEnv:
     def joint_offsets(self, kind: str) -> np.ndarray:
         """[N, A] what an action of 0 targets: the reference's next joint positions or the default pose."""
         if kind == "reference":
-            return self.ref.joint_pos[np.minimum(self.frame + 1, self.last_frame)]
+            return self.ref.joint_pos[self.lane, np.minimum(self.frame + 1, self.last_frame)]
         if kind == "default":
             return np.broadcast_to(self.default_joint_pos, (self.num_envs, self.num_actions))
         raise ValueError(f"unknown action offset {kind!r}: reference or default")
@@ -192,7 +240,10 @@ class TrackingEnv:
         if offset == self.action_offset and scale in (None, self.task.action_scale):
             return obs
         ids = env_ids.numpy()
-        before = self.ref.joint_pos[self.frame[ids]] if offset == "reference" else self.default_joint_pos[None, :]
+        if offset == "reference":
+            before = self.ref.joint_pos[self.lane[ids], self.frame[ids]]
+        else:
+            before = self.default_joint_pos[None, :]
         last = ((self.ctrl[ids] - before) / (scale or self.task.action_scale)).astype(np.float32)
         out = {}
         for group, terms in obs.items():
@@ -253,7 +304,8 @@ class TrackingEnv:
             if self.trial_mode:
                 for env in ids:
                     self.finished.append({
-                        "env": int(env), "success": bool(success[env]), "fell": bool(terminated[env]),
+                        "env": int(env), "lane": int(self.lane[env]), "reference_id": self.lane_ids[self.lane[env]],
+                        "success": bool(success[env]), "fell": bool(terminated[env]),
                         "frames": int(self.episode_length[env]),
                         "tracking_error_m": float(self.body_error[env] / max(self.episode_length[env], 1)),
                         "final_anchor_error_m": float(errors["anchor_pos"][env]),
@@ -271,19 +323,19 @@ class TrackingEnv:
         )
 
     def _rewards(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        task, ref, f = self.task, self.ref, self.frame
+        task, ref, f, lane = self.task, self.ref, self.frame, self.lane
         pos = self.xpos[:, self.bodies]  # [N, B, 3]
-        ref_pos = ref.body_pos[f]
+        ref_pos = ref.body_pos[lane, f]
         anchor_err = np.linalg.norm(pos[:, 0] - ref_pos[:, 0], axis=1)
         rel = (pos - pos[:, :1]) - (ref_pos - ref_pos[:, :1])
         body_sq = np.mean(np.sum(rel**2, axis=2), axis=1)
         vel = (pos - self.prev_body_pos) / self.dt
-        vel_sq = np.mean(np.sum((vel - ref.body_vel[f]) ** 2, axis=2), axis=1)
-        ori_err = _quat_angle(self.qpos[:, 3:7], ref.qpos[f, 3:7])
-        ang_sq = np.sum((self.qvel[:, 3:6] - ref.qvel[f, 3:6]) ** 2, axis=1)
-        active = ref.contact_active[f]  # [N, C]
+        vel_sq = np.mean(np.sum((vel - ref.body_vel[lane, f]) ** 2, axis=2), axis=1)
+        ori_err = _quat_angle(self.qpos[:, 3:7], ref.qpos[lane, f, 3:7])
+        ang_sq = np.sum((self.qvel[:, 3:6] - ref.qvel[lane, f, 3:6]) ** 2, axis=1)
+        active = ref.contact_active[lane, f]  # [N, C]
         if active.shape[1]:
-            c_sq = np.sum((self.xpos[:, self.contact_bodies] - ref.contact_pos[f]) ** 2, axis=2)
+            c_sq = np.sum((self.xpos[:, self.contact_bodies] - ref.contact_pos[lane, f]) ** 2, axis=2)
             count = active.sum(axis=1)
             contact_sq = np.where(count > 0, (c_sq * active).sum(axis=1) / np.maximum(count, 1), 0.0)
         else:
@@ -328,7 +380,7 @@ class TrackingEnv:
         """Each termination's verdict [N] (bool), by cause."""
         t = self.task.terminations
         _, gravity = yaw_and_gravity(self.qpos[:, 3:7])
-        tilt = np.linalg.norm(gravity - self.ref.gravity[self.frame], axis=1)
+        tilt = np.linalg.norm(gravity - self.ref.gravity[self.lane, self.frame], axis=1)
         return {
             "anchor_z": errors["anchor_z"] > t.anchor_z,
             "tilt": tilt > t.tilt,
@@ -337,7 +389,7 @@ class TrackingEnv:
 
     # ------------------------------------------------------------------ observations
     def _compute_obs(self) -> None:
-        ref, box = self.ref, self.cfg.obstacle
+        ref, box, lane = self.ref, self.box, self.lane
         nxt = np.minimum(self.frame + 1, self.last_frame)
         quat = self.qpos[:, 3:7]
         _, gravity = yaw_and_gravity(quat)
@@ -346,17 +398,18 @@ class TrackingEnv:
         self._obs["proprio"] = np.concatenate(
             [gravity, self.qvel[:, 3:6], q - self.default_joint_pos, dq * 0.05, self.actions], axis=1
         )
-        anchor_offset = _rotate_into(quat, ref.qpos[nxt, 0:3] - root)
-        phase = (nxt / max(self.last_frame, 1))[:, None]
+        anchor_offset = _rotate_into(quat, ref.qpos[lane, nxt, 0:3] - root)
+        phase = (nxt / np.maximum(self.last_frame, 1))[:, None]
         self._obs["reference"] = np.concatenate(
-            [ref.joint_pos[nxt] - q, ref.joint_vel[nxt] * 0.05, anchor_offset, ref.gravity[nxt], phase], axis=1
-        )
-        self._obs["obstacle"] = np.stack(
-            [box.front_x - root[:, 0], box.front_x + box.depth - root[:, 0], box.y - root[:, 1],
-             np.full(self.num_envs, box.height)], axis=1,
+            [ref.joint_pos[lane, nxt] - q, ref.joint_vel[lane, nxt] * 0.05, anchor_offset, ref.gravity[lane, nxt],
+             phase], axis=1,
         )  # fmt: skip
+        self._obs["obstacle"] = np.stack(
+            [box[:, 0] - root[:, 0], box[:, 1] - root[:, 0], box[:, 2] - root[:, 1], box[:, 4]], axis=1
+        )
         pos = self.xpos[:, self.bodies]
-        rel = (pos - pos[:, :1]) - (ref.body_pos[self.frame] - ref.body_pos[self.frame][:, :1])
+        ref_pos = ref.body_pos[lane, self.frame]
+        rel = (pos - pos[:, :1]) - (ref_pos - ref_pos[:, :1])
         self._obs["privileged"] = np.concatenate([self.qvel[:, 0:3], root[:, 2:3], rel.reshape(self.num_envs, -1)], 1)
         needed = {t for terms in self.groups.values() for t in terms}
         if "height_scan" in needed:
@@ -367,13 +420,13 @@ class TrackingEnv:
     def _height_scan(self, root: np.ndarray, quat: np.ndarray) -> np.ndarray:
         """The locomotion env's height scan (llp.sim.sensors.height_scan) over this scene: the floor at 0 and the
         box's top; relative to the ground level the pelvis implies, clipped to +-1 m."""
-        box = self.cfg.obstacle
+        box = self.box[:, :, None]  # each env's own box: front, back, centre y, width, height
         yaw, _ = yaw_and_gravity(quat)
         c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
         px = root[:, 0:1] + c * self.scan_points[:, 0] - s * self.scan_points[:, 1]
         py = root[:, 1:2] + s * self.scan_points[:, 0] + c * self.scan_points[:, 1]
-        on_box = (px >= box.front_x) & (px <= box.front_x + box.depth) & (np.abs(py - box.y) <= box.width / 2)
-        ground = np.where(on_box, box.height, 0.0)
+        on_box = (px >= box[:, 0]) & (px <= box[:, 1]) & (np.abs(py - box[:, 2]) <= box[:, 3] / 2)
+        ground = np.where(on_box, box[:, 4], 0.0)
         return np.clip(ground - (root[:, 2:3] - self.task.robot.base_height), -1.0, 1.0)
 
     def _obs_tensors(self) -> dict:
