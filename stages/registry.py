@@ -54,9 +54,9 @@ STAGES: dict[str, StageSpec] = {
         run=skill_expert.run,
         inputs=lambda cfg: {"library": "reference_augmentation", "tracker": "reference_augmentation"},
         outputs={"policy": "llp-skill-climb-step"},
-        description="LLP stage 3, phase A: the climb-and-step expert (height scan, proprioception, command; online "
-        "DAgger from the tracking expert + PPO on the tracking rewards and a goal reward; evaluated beside the "
-        "expert on the same trials from the motion's start).",
+        description="LLP stage 3: the climb-and-step expert (height scan, proprioception, command). Phase A: online "
+        "DAgger from the tracking expert + lambda PPO; phase B: PPO alone over every accepted height, from a "
+        "standing start. Evaluated beside the expert and its phase-A self on the same trials, from two starts.",
     ),
     "depth_student": StageSpec(
         name="depth_student",
