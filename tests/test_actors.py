@@ -264,12 +264,80 @@ def test_the_paper_reward_set_loads_and_trains(ray_local):
     assert all(v == v for k, v in metrics.items() if k.startswith("loss/"))  # finite losses
 
 
+LEGS = [".*(hip|knee|ankle).*"]
+
+
+def test_a_leg_only_teacher_sees_and_labels_a_whole_body_student_as_in_its_own_env():
+    """The merge's locomotion group: a teacher that drives the 12 leg joints labels a student that drives all 21.
+    One env is stepped by the teacher's actions, the other by the same actions converted: same joint targets,
+    same physics, and the teacher reads the same observations (its own last action) in both."""
+    import numpy as np
+
+    from llp.learn.rollout import Teacher
+    from llp.sim.env import ParkourEnv
+
+    leg = ParkourEnv(_env(robot={"policy_joints": LEGS}), 2, seed=0)
+    whole = ParkourEnv(_env(), 2, seed=0)
+    assert (leg.num_actions, whole.num_actions) == (12, 21)
+    teacher = Teacher(actor=None, env_ids=torch.arange(2), action_scale=0.25, action_joints=leg.action_joint_names)
+    assert teacher.foreign(whole) and not teacher.foreign(leg)
+    ids, rng = torch.arange(2), np.random.default_rng(0)
+    meaning = ("default", 0.25, leg.action_joint_names)
+    obs_leg, obs_whole = leg.reset(), whole.reset()
+    for _ in range(6):
+        seen = whole.teacher_obs(obs_whole, ids, *meaning)
+        for group, terms in obs_leg.items():
+            for term, value in terms.items():
+                torch.testing.assert_close(seen[group][term], value, atol=1e-5, rtol=0)
+        a = torch.from_numpy(rng.normal(0, 0.5, size=(2, 12)).astype(np.float32))
+        converted = whole.convert_actions(a, ids, *meaning)
+        arms = np.setdiff1d(np.arange(21), leg.action_joints)
+        assert converted.shape == (2, 21) and torch.all(converted[:, arms] == 0)  # the teacher's env holds the arms
+        obs_leg, obs_whole = leg.step(a).obs, whole.step(converted).obs
+        np.testing.assert_allclose(whole.ctrl, leg.ctrl, atol=1e-6)
+    np.testing.assert_allclose(whole.qpos, leg.qpos, atol=1e-8)
+    with pytest.raises(ValueError, match="does not have"):
+        whole.convert_actions(a, ids, "default", 0.25, ["tail_joint"])
+
+
+def test_the_collector_routes_a_leg_only_teachers_labels_into_the_whole_body_action_space():
+    import numpy as np
+
+    from llp.learn.configs import ActorConfig
+    from llp.learn.models import Actor
+    from llp.learn.rollout import RolloutCollector, Teacher
+    from llp.sim.env import ParkourEnv
+
+    leg = ParkourEnv(_env(robot={"policy_joints": LEGS}), 2, seed=0)
+    whole = ParkourEnv(_env(), 2, seed=0)
+    cfg = ActorConfig(obs=["policy/proprio", "policy/command"])
+    student, expert = Actor(cfg, whole.obs_dims(), 21), Actor(cfg, leg.obs_dims(), 12)
+    seen = []
+    step = expert.step
+
+    def spy(frame, memory):  # what the expert read, and what it answered
+        mean, memory, extra = step(frame, memory)
+        seen.append((frame.clone(), mean.clone()))
+        return mean, memory, extra
+
+    expert.step = spy
+    teacher = Teacher(expert, torch.arange(2), "default", 0.25, leg.action_joint_names)
+    rollout = RolloutCollector(whole, student, None, 3, teachers=[teacher]).collect()
+    labels = rollout.teacher_actions  # [T, N, 21]
+    assert labels.shape == (3, 2, 21) and len(seen) == 3
+    for t, (frame, mean) in enumerate(seen):
+        assert frame.shape[1] == 60 + 3  # proprio with its own 12-joint last action, and the command
+        torch.testing.assert_close(labels[t][:, torch.from_numpy(leg.action_joints)], mean)
+    arms = torch.from_numpy(np.setdiff1d(np.arange(21), leg.action_joints))
+    assert torch.all(labels[:, :, arms] == 0)
+
+
 def test_the_policy_drives_only_the_configured_joints():
     import numpy as np
 
     from llp.sim.env import ParkourEnv
 
-    env = ParkourEnv(_env(robot={"policy_joints": [".*(hip|knee|ankle).*"]}), 2, seed=0)
+    env = ParkourEnv(_env(robot={"policy_joints": LEGS}), 2, seed=0)
     assert env.num_actions == 12
     held = np.setdiff1d(np.arange(21), env.action_joints)
     env.step(torch.ones(2, 12))

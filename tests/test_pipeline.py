@@ -195,6 +195,25 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
     assert run.data.params["inputs.tracker"] == upstream["tracker"]
 
 
+@pytest.mark.fault
+def test_a_skill_stage_killed_in_phase_b_resumes_in_phase_b(services, smoke_run, tmp_path, llp):
+    """The crash comes after the first phase-B iteration (3), which the checkpoint of iteration 3 covers: the
+    retry goes straight on in phase B (its env, no expert) and logs every iteration once."""
+    env = {**services["env"], "LLP_INJECT_FAULT": "skill_climb_step@3"}
+    stage = ["--from-stage", "skill_climb_step", "--until-stage", "skill_climb_step"]
+    result = llp("run", *SMOKE, "--set", f"run_root={tmp_path}", *stage, "--run-id", "skill-retried", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    skill = ledger(tmp_path, "skill-retried")["stages"]["skill_climb_step"]
+    assert skill["executions"] == 2 and skill["state"] == "completed"
+    assert "resumed in phase B; phase A's policy is not evaluated" in result.stdout
+    client = mlflow_client(services)
+    phases = client.get_metric_history(skill["mlflow_run"], "phase/generalization")
+    assert sorted((m.step, m.value) for m in phases) == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1)]
+    metrics = client.get_run(skill["mlflow_run"]).data.metrics
+    assert 0 <= metrics["eval/standing_start/skill_policy/success_rate"] <= 1
+    assert "eval/after_phase_A/success_rate" not in metrics
+
+
 def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
     second = smoke_run["second"]
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

@@ -180,6 +180,7 @@ def build_collector(env, spec: TrainSpec, actor: Actor, critic: Critic | None) -
             torch.nonzero(groups == k)[:, 0],
             t.policy.spec.get("action_offset", "default"),
             t.policy.spec.get("action_scale"),
+            t.policy.spec.get("action_joints"),
         )
         for k, t in enumerate(spec.teachers)
     ]

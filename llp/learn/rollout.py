@@ -25,7 +25,15 @@ class Teacher:
     actor: Actor
     env_ids: torch.Tensor  # [M] envs routed to this teacher
     action_offset: str = "default"  # what its actions offset (PolicySpec.action_offset); the env converts ...
-    action_scale: float | None = None  # ... with this scale (None: the env's)
+    action_scale: float | None = None  # ... with this scale (None: the env's) ...
+    action_joints: list[str] | None = None  # ... on these joints, the others at the default pose (None: the env's)
+
+    def foreign(self, env) -> bool:
+        """Whether ``env`` must convert this teacher's observations and actions (another action meaning)."""
+        own = getattr(env, "action_joint_names", None)
+        joints = self.action_joints is not None and own is not None and list(self.action_joints) != list(own)
+        scale = self.action_scale is not None and self.action_scale != getattr(env, "action_scale", self.action_scale)
+        return joints or scale or self.action_offset != getattr(env, "action_offset", "default")
 
 
 class EpisodeStats:
@@ -144,16 +152,15 @@ class RolloutCollector:
                 label = torch.zeros(N, A)
                 for k, teacher in enumerate(self.teachers):
                     sub = {g: {t: v[teacher.env_ids] for t, v in terms.items()} for g, terms in obs.items()}
-                    foreign = teacher.action_offset != getattr(env, "action_offset", "default")
+                    foreign = teacher.foreign(env)
+                    meaning = (teacher.action_offset, teacher.action_scale, teacher.action_joints)
                     if foreign:  # its own last action in its proprioception, its actions as this env's
-                        sub = env.teacher_obs(sub, teacher.env_ids, teacher.action_offset, teacher.action_scale)
+                        sub = env.teacher_obs(sub, teacher.env_ids, *meaning)
                     t_mean, self.teacher_memory[k], _ = teacher.actor.step(
                         teacher.actor.observe(sub), self.teacher_memory[k]
                     )
                     if foreign:
-                        t_mean = env.convert_actions(
-                            t_mean, teacher.env_ids, teacher.action_offset, teacher.action_scale
-                        )
+                        t_mean = env.convert_actions(t_mean, teacher.env_ids, *meaning)
                     label[teacher.env_ids] = t_mean
                 teacher_actions.append(label)
             if self.recon_ref is not None:

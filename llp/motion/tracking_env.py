@@ -226,17 +226,34 @@ class TrackingEnv:
             return np.broadcast_to(self.default_joint_pos, (self.num_envs, self.num_actions))
         raise ValueError(f"unknown action offset {kind!r}: reference or default")
 
-    def convert_actions(self, actions: torch.Tensor, env_ids: torch.Tensor, offset: str, scale: float | None = None):
+    @property
+    def action_joint_names(self) -> list[str]:
+        return list(self.joint_names)
+
+    @property
+    def action_scale(self) -> float:
+        return self.task.action_scale
+
+    def _same_joints(self, joints: list[str] | None) -> None:
+        if joints is not None and list(joints) != self.joint_names:
+            raise ValueError(f"a teacher drives joints {list(joints)}; a tracking env converts only policies that "
+                             f"drive all of {self.joint_names}")  # fmt: skip
+
+    def convert_actions(self, actions: torch.Tensor, env_ids: torch.Tensor, offset: str, scale: float | None = None,
+                        joints: list[str] | None = None):  # fmt: skip
         """Actions of a policy with another offset (and scale) as this env's actions: the same joint targets.
         A tracker (offset reference) labels a skill expert's states (offset default) with this."""
+        self._same_joints(joints)
         ids = env_ids.numpy()
         s = self.task.action_scale
         targets = self.joint_offsets(offset)[ids] + (scale or s) * actions.numpy()
         return torch.from_numpy(((targets - self.joint_offsets(self.action_offset)[ids]) / s).astype(np.float32))
 
-    def teacher_obs(self, obs: dict, env_ids: torch.Tensor, offset: str, scale: float | None = None) -> dict:
+    def teacher_obs(self, obs: dict, env_ids: torch.Tensor, offset: str, scale: float | None = None,
+                    joints: list[str] | None = None) -> dict:  # fmt: skip
         """``obs`` of envs ``env_ids`` as a policy with another offset (and scale) reads them: the last action in
         proprio re-expressed in its terms (the joint targets in force, minus its offset when they were set)."""
+        self._same_joints(joints)
         if offset == self.action_offset and scale in (None, self.task.action_scale):
             return obs
         ids = env_ids.numpy()

@@ -268,6 +268,58 @@ class ParkourEnv:
             self.command[g_ids, 1] = 0.0
         self.command_timer[ids] = 0.0
 
+    # ------------------------------------------------------------------ teachers that drive other joints
+    action_offset = "default"  # an action of 0 targets the default pose
+
+    @property
+    def action_joint_names(self) -> list[str]:
+        return [self.joint_names[j] for j in self.action_joints]
+
+    @property
+    def action_scale(self) -> float:
+        return self.cfg.robot.action_scale
+
+    def _teacher_joints(self, joints: list[str] | None) -> np.ndarray:
+        """Indices (in joint order) of the joints a teacher's actions drive; ``None``: this env's."""
+        if joints is None:
+            return self.action_joints
+        unknown = [j for j in joints if j not in self.joint_names]
+        if unknown:
+            raise ValueError(f"a teacher drives joints {unknown} that robot {self.cfg.robot.name} does not have")
+        return np.array([self.joint_names.index(j) for j in joints], dtype=np.int64)
+
+    def convert_actions(self, actions: torch.Tensor, env_ids: torch.Tensor, offset: str = "default",
+                        scale: float | None = None, joints: list[str] | None = None) -> torch.Tensor:  # fmt: skip
+        """Actions of a teacher that drives ``joints`` (the others held at the default pose, as in its own env),
+        with ``scale``, as this env's actions: the same joint targets. A leg-only locomotion teacher labels a
+        whole-body student's states with this."""
+        if offset != "default":
+            raise ValueError(f"a terrain env converts actions that offset the default pose, not {offset!r}")
+        s = self.cfg.robot.action_scale
+        targets = np.repeat(self.default_joint_pos[None, :], len(env_ids), axis=0)
+        targets[:, self._teacher_joints(joints)] += (scale or s) * actions.numpy()
+        mine = (targets[:, self.action_joints] - self.default_joint_pos[self.action_joints]) / s
+        return torch.from_numpy(mine.astype(np.float32))
+
+    def teacher_obs(self, obs: dict, env_ids: torch.Tensor, offset: str = "default", scale: float | None = None,
+                    joints: list[str] | None = None) -> dict:  # fmt: skip
+        """``obs`` of envs ``env_ids`` as a teacher that drives ``joints`` (with ``scale``) reads them: the last
+        action in proprio re-expressed as its own (the joint targets in force on its joints)."""
+        if offset != "default":
+            raise ValueError(f"a terrain env shows teachers actions that offset the default pose, not {offset!r}")
+        theirs = self._teacher_joints(joints)
+        if np.array_equal(theirs, self.action_joints) and scale in (None, self.cfg.robot.action_scale):
+            return obs
+        ids = env_ids.numpy()
+        last = (self.ctrl[ids][:, theirs] - self.default_joint_pos[theirs]) / (scale or self.cfg.robot.action_scale)
+        out = {}
+        for group, terms in obs.items():
+            out[group] = dict(terms)
+            if "proprio" in terms:  # its last block is the last action
+                kept = terms["proprio"][:, : -self.num_actions]
+                out[group]["proprio"] = torch.cat([kept, torch.from_numpy(last.astype(np.float32))], dim=1)
+        return out
+
     # ------------------------------------------------------------------ step
     def step(self, actions: torch.Tensor) -> StepResult:
         """Advance every env by one policy step with joint-position actions [N, num_actions]."""
