@@ -35,14 +35,15 @@ def deployment_fields(env_cfg) -> dict[str, Any]:
     action on the driven joints, under PD with the gains of the MJCF's position actuators."""
     from llp.sim.robot import policy_joint_indices
 
-    return _robot_fields(env_cfg.robot, env_cfg.robot.action_scale, env_cfg.policy_dt,
-                         lambda names: [names[i] for i in policy_joint_indices(env_cfg.robot, names)])  # fmt: skip
+    fields = _robot_fields(env_cfg.robot, env_cfg.robot.action_scale, env_cfg.policy_dt,
+                           lambda names: [names[i] for i in policy_joint_indices(env_cfg.robot, names)])  # fmt: skip
+    return {**fields, "proprio_layout": "locomotion"}
 
 
 def tracking_deployment_fields(task) -> dict[str, Any]:
     """The same for a policy of the tracking task: every actuator; actions offset ``task.action_offset``."""
     fields = _robot_fields(task.robot, task.action_scale, task.policy_dt, lambda names: names)
-    return {**fields, "action_offset": task.action_offset}
+    return {**fields, "action_offset": task.action_offset, "proprio_layout": task.proprio_layout}
 
 
 def _robot_fields(robot, action_scale: float, policy_dt: float, driven) -> dict[str, Any]:

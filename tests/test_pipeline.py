@@ -102,6 +102,7 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert tuple(out.shape) == (3, spec["num_actions"]) == (3, 12)  # the 12 leg joints
     # and knows what the actions mean: target of action_joints[i] = its default + action_scale * action[i]
     assert len(spec["default_joint_pos"]) == 21 and spec["action_scale"] == 0.25
+    assert spec["proprio_layout"] == "locomotion"  # the first blocks of its proprioception (llp.sim.proprio)
     assert len(spec["action_joints"]) == 12 and all(
         "hip" in j or "knee" in j or "ankle" in j for j in spec["action_joints"]
     )
@@ -186,6 +187,7 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
     spec = mlflow.models.get_model_info(skill).metadata["llp_policy_spec"]
     assert spec["obs"] == ["policy/proprio", "policy/height_scan", "policy/command"] and spec["num_frames"] == 5
     assert spec["action_offset"] == "default" and spec["num_actions"] == 21 == len(spec["action_joints"])
+    assert spec["proprio_layout"] == "tracking"
     run = mlflow_client(services).get_run(book["stages"]["skill_climb_step"]["mlflow_run"])
     for who in ("tracking_expert", "skill_policy", "default_pose", "after_phase_A"):
         assert 0 <= run.data.metrics[f"eval/{who}/success_rate"] <= 1  # from the hardest reference's first pose

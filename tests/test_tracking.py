@@ -201,3 +201,31 @@ def test_lanes_with_other_contact_frames_are_refused(seed):
             reference_id="a",
             lanes=[Lane(seed.qpos, seed.obstacle, other, "b")],
         )
+
+
+def test_the_tracking_env_gives_the_terrain_envs_proprioception_layout_and_shows_a_teacher_its_own(seed):
+    """The same states in both layouts: the locomotion layout is [0.25 w, gravity, ...] as the terrain env's,
+    and a teacher that reads the tracking layout sees exactly the tracking env's proprioception."""
+    from llp.learn.rollout import Teacher
+    from llp.sim.proprio import convert_proprio
+
+    def env(layout):
+        cfg = TrackingEnvConfig(task=tracking_task(overrides={"proprio_layout": layout}), qpos=seed.qpos,
+                                fps=seed.fps, obstacle=seed.obstacle, contacts=seed.contacts)  # fmt: skip
+        return TrackingEnv(cfg, 3, seed=6)
+
+    tracking, loco = env("tracking"), env("locomotion")
+    ids, rng = torch.arange(3), np.random.default_rng(1)
+    for _ in range(5):
+        a = torch.from_numpy(rng.normal(0, 0.3, size=(3, tracking.num_actions)).astype(np.float32))
+        obs_t, obs_l = tracking.step(a).obs, loco.step(a).obs
+    p_t, p_l = obs_t["policy"]["proprio"], obs_l["policy"]["proprio"]
+    w, g = torch.from_numpy(loco.qvel[:, 3:6]).float(), p_t[:, 0:3]
+    torch.testing.assert_close(p_l[:, 0:6], torch.cat([0.25 * w, g], dim=1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(p_l[:, 6:], p_t[:, 6:])
+    torch.testing.assert_close(convert_proprio(p_l, "locomotion", "tracking"), p_t, atol=1e-5, rtol=0)
+    seen = loco.teacher_obs(obs_l, ids, "reference", None, None, "tracking")["policy"]["proprio"]
+    torch.testing.assert_close(seen, tracking.teacher_obs(obs_t, ids, "reference")["policy"]["proprio"], atol=1e-5,
+                               rtol=0)  # fmt: skip
+    expert = Teacher(actor=None, env_ids=ids, action_offset="reference", proprio_layout="tracking")
+    assert expert.foreign(loco) and not expert.foreign(tracking)

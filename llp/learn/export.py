@@ -44,6 +44,8 @@ class PolicySpec:
     # joint target = offset + action_scale x action, where the offset is the default pose ('default') or, for a
     # motion tracker, the reference's next joint positions ('reference')
     action_offset: str = "default"
+    # order and scale of the proprioception's first blocks (llp.sim.proprio); None: recorded before layouts were
+    proprio_layout: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -181,6 +181,7 @@ def build_collector(env, spec: TrainSpec, actor: Actor, critic: Critic | None) -
             t.policy.spec.get("action_offset", "default"),
             t.policy.spec.get("action_scale"),
             t.policy.spec.get("action_joints"),
+            t.policy.spec.get("proprio_layout"),
         )
         for k, t in enumerate(spec.teachers)
     ]

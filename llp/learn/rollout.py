@@ -27,13 +27,20 @@ class Teacher:
     action_offset: str = "default"  # what its actions offset (PolicySpec.action_offset); the env converts ...
     action_scale: float | None = None  # ... with this scale (None: the env's) ...
     action_joints: list[str] | None = None  # ... on these joints, the others at the default pose (None: the env's)
+    proprio_layout: str | None = None  # the proprioception layout it reads (llp.sim.proprio; None: the env's)
+
+    @property
+    def meaning(self) -> tuple:
+        """(offset, scale, joints, layout): what its actions and observations mean, as the envs' conversions take."""
+        return self.action_offset, self.action_scale, self.action_joints, self.proprio_layout
 
     def foreign(self, env) -> bool:
         """Whether ``env`` must convert this teacher's observations and actions (another action meaning)."""
         own = getattr(env, "action_joint_names", None)
         joints = self.action_joints is not None and own is not None and list(self.action_joints) != list(own)
         scale = self.action_scale is not None and self.action_scale != getattr(env, "action_scale", self.action_scale)
-        return joints or scale or self.action_offset != getattr(env, "action_offset", "default")
+        layout = self.proprio_layout not in (None, getattr(env, "proprio_layout", self.proprio_layout))
+        return joints or scale or layout or self.action_offset != getattr(env, "action_offset", "default")
 
 
 class EpisodeStats:
@@ -153,7 +160,7 @@ class RolloutCollector:
                 for k, teacher in enumerate(self.teachers):
                     sub = {g: {t: v[teacher.env_ids] for t, v in terms.items()} for g, terms in obs.items()}
                     foreign = teacher.foreign(env)
-                    meaning = (teacher.action_offset, teacher.action_scale, teacher.action_joints)
+                    meaning = teacher.meaning
                     if foreign:  # its own last action in its proprioception, its actions as this env's
                         sub = env.teacher_obs(sub, teacher.env_ids, *meaning)
                     t_mean, self.teacher_memory[k], _ = teacher.actor.step(

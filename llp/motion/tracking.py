@@ -35,7 +35,7 @@ TRACKING_REWARDS = {  # name -> kind; each documented in llp/motion/tracking_env
     "joint_limit": "penalty",
 }
 TRACKING_OBSERVATIONS = (
-    "proprio",  # projected gravity, base angular velocity, joint positions and velocities, last action
+    "proprio",  # gravity and angular velocity (in proprio_layout), joint positions and velocities, last action
     "reference",  # next reference frame: joint targets, joint speeds, anchor offset and tilt, phase
     "obstacle",  # box front and back face ahead of the pelvis, lateral offset, height
     "privileged",  # base velocity, pelvis height, body position errors
@@ -89,6 +89,11 @@ class TrackingTaskConfig:
     hold_s: float = field(default=1.0, doc="Seconds the final pose is held after the motion: success needs it.")
     success_distance: float = field(default=0.15, doc="Success: pelvis within this of the final reference, m.")
     observations: dict[str, list[str]] = field(doc=f"Groups -> terms: {', '.join(TRACKING_OBSERVATIONS)}.")
+    proprio_layout: str = field(
+        default="tracking",
+        doc="Order and scale of the proprioception's first blocks (llp.sim.proprio): tracking (the trackers') or "
+        "locomotion (the terrain env's).",
+    )
     height_scan: HeightScanConfig = field(
         default_factory=HeightScanConfig, doc="Scan grid of the height_scan term (the locomotion task's default)."
     )
@@ -106,6 +111,7 @@ class TrackingTaskConfig:
         check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
         check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
         check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")
+        check(self.proprio_layout in ("tracking", "locomotion"), f"{p}proprio_layout", "must be tracking or locomotion")
         check(len(self.tracked_bodies) > 0, f"{p}tracked_bodies", "needs at least one body")
         for name, term in self.rewards.items():
             where = f"{p}rewards.{name}"

@@ -37,6 +37,7 @@ from llp.motion.scene import add_obstacle
 from llp.motion.tracking import ReferenceKinematics, TrackingEnvConfig, reference_kinematics
 from llp.sim.env import StepResult
 from llp.sim.math3d import yaw_and_gravity
+from llp.sim.proprio import convert_proprio, proprio_head
 from llp.sim.robot import default_joint_positions, load_robot_spec
 
 LANE_SPACING = 4.0  # m between the lanes' boxes (across the motion): a robot that strays 2 m sideways has fallen
@@ -234,13 +235,17 @@ class TrackingEnv:
     def action_scale(self) -> float:
         return self.task.action_scale
 
+    @property
+    def proprio_layout(self) -> str:
+        return self.task.proprio_layout
+
     def _same_joints(self, joints: list[str] | None) -> None:
         if joints is not None and list(joints) != self.joint_names:
             raise ValueError(f"a teacher drives joints {list(joints)}; a tracking env converts only policies that "
                              f"drive all of {self.joint_names}")  # fmt: skip
 
     def convert_actions(self, actions: torch.Tensor, env_ids: torch.Tensor, offset: str, scale: float | None = None,
-                        joints: list[str] | None = None):  # fmt: skip
+                        joints: list[str] | None = None, layout: str | None = None):  # fmt: skip
         """Actions of a policy with another offset (and scale) as this env's actions: the same joint targets.
         A tracker (offset reference) labels a skill expert's states (offset default) with this."""
         self._same_joints(joints)
@@ -250,11 +255,14 @@ class TrackingEnv:
         return torch.from_numpy(((targets - self.joint_offsets(self.action_offset)[ids]) / s).astype(np.float32))
 
     def teacher_obs(self, obs: dict, env_ids: torch.Tensor, offset: str, scale: float | None = None,
-                    joints: list[str] | None = None) -> dict:  # fmt: skip
-        """``obs`` of envs ``env_ids`` as a policy with another offset (and scale) reads them: the last action in
-        proprio re-expressed in its terms (the joint targets in force, minus its offset when they were set)."""
+                    joints: list[str] | None = None, layout: str | None = None) -> dict:  # fmt: skip
+        """``obs`` of envs ``env_ids`` as a policy with another offset (and scale), reading proprioception in
+        ``layout``, sees them: the last action in proprio re-expressed in its terms (the joint targets in force,
+        minus its offset when they were set), the proprioception in its layout."""
         self._same_joints(joints)
-        if offset == self.action_offset and scale in (None, self.task.action_scale):
+        mine = self.task.proprio_layout
+        same_actions = offset == self.action_offset and scale in (None, self.task.action_scale)
+        if same_actions and layout in (None, mine):
             return obs
         ids = env_ids.numpy()
         if offset == "reference":
@@ -266,7 +274,7 @@ class TrackingEnv:
         for group, terms in obs.items():
             out[group] = dict(terms)
             if "proprio" in terms:  # its last block is the last action
-                proprio = terms["proprio"].clone()
+                proprio = convert_proprio(terms["proprio"], mine, layout or mine).clone()
                 proprio[:, -self.num_actions :] = torch.from_numpy(last)
                 out[group]["proprio"] = proprio
         return out
@@ -412,9 +420,8 @@ class TrackingEnv:
         _, gravity = yaw_and_gravity(quat)
         q, dq = self.qpos[:, self.joint_qpos], self.qvel[:, self.joint_qvel]
         root = self.qpos[:, 0:3]
-        self._obs["proprio"] = np.concatenate(
-            [gravity, self.qvel[:, 3:6], q - self.default_joint_pos, dq * 0.05, self.actions], axis=1
-        )
+        head = proprio_head(self.qvel[:, 3:6], gravity, self.task.proprio_layout)
+        self._obs["proprio"] = np.concatenate([*head, q - self.default_joint_pos, dq * 0.05, self.actions], axis=1)
         anchor_offset = _rotate_into(quat, ref.qpos[lane, nxt, 0:3] - root)
         phase = (nxt / np.maximum(self.last_frame, 1))[:, None]
         self._obs["reference"] = np.concatenate(

@@ -22,6 +22,7 @@ from llp.sim import rewards as reward_terms
 from llp.sim.camera_model import CameraModel
 from llp.sim.config import EnvConfig
 from llp.sim.math3d import rotate_into_yaw_frame, wrap_angle, yaw_and_gravity, yaw_quat
+from llp.sim.proprio import convert_proprio, proprio_head
 from llp.sim.robot import default_joint_positions, policy_joint_indices
 from llp.sim.scene import build_scene
 from llp.sim.sensors import DepthCamera, foot_ray_heights, height_scan
@@ -270,6 +271,7 @@ class ParkourEnv:
 
     # ------------------------------------------------------------------ teachers that drive other joints
     action_offset = "default"  # an action of 0 targets the default pose
+    proprio_layout = "locomotion"  # llp.sim.proprio
 
     @property
     def action_joint_names(self) -> list[str]:
@@ -289,7 +291,8 @@ class ParkourEnv:
         return np.array([self.joint_names.index(j) for j in joints], dtype=np.int64)
 
     def convert_actions(self, actions: torch.Tensor, env_ids: torch.Tensor, offset: str = "default",
-                        scale: float | None = None, joints: list[str] | None = None) -> torch.Tensor:  # fmt: skip
+                        scale: float | None = None, joints: list[str] | None = None,
+                        layout: str | None = None) -> torch.Tensor:  # fmt: skip
         """Actions of a teacher that drives ``joints`` (the others held at the default pose, as in its own env),
         with ``scale``, as this env's actions: the same joint targets. A leg-only locomotion teacher labels a
         whole-body student's states with this."""
@@ -302,13 +305,15 @@ class ParkourEnv:
         return torch.from_numpy(mine.astype(np.float32))
 
     def teacher_obs(self, obs: dict, env_ids: torch.Tensor, offset: str = "default", scale: float | None = None,
-                    joints: list[str] | None = None) -> dict:  # fmt: skip
-        """``obs`` of envs ``env_ids`` as a teacher that drives ``joints`` (with ``scale``) reads them: the last
-        action in proprio re-expressed as its own (the joint targets in force on its joints)."""
+                    joints: list[str] | None = None, layout: str | None = None) -> dict:  # fmt: skip
+        """``obs`` of envs ``env_ids`` as a teacher that drives ``joints`` (with ``scale``) and reads proprioception
+        in ``layout`` sees them: the last action in proprio re-expressed as its own (the joint targets in force
+        on its joints), the proprioception in its layout."""
         if offset != "default":
             raise ValueError(f"a terrain env shows teachers actions that offset the default pose, not {offset!r}")
         theirs = self._teacher_joints(joints)
-        if np.array_equal(theirs, self.action_joints) and scale in (None, self.cfg.robot.action_scale):
+        same_actions = np.array_equal(theirs, self.action_joints) and scale in (None, self.cfg.robot.action_scale)
+        if same_actions and layout in (None, self.proprio_layout):
             return obs
         ids = env_ids.numpy()
         last = (self.ctrl[ids][:, theirs] - self.default_joint_pos[theirs]) / (scale or self.cfg.robot.action_scale)
@@ -316,7 +321,8 @@ class ParkourEnv:
         for group, terms in obs.items():
             out[group] = dict(terms)
             if "proprio" in terms:  # its last block is the last action
-                kept = terms["proprio"][:, : -self.num_actions]
+                kept = convert_proprio(terms["proprio"][:, : -self.num_actions], self.proprio_layout,
+                                       layout or self.proprio_layout)  # fmt: skip
                 out[group]["proprio"] = torch.cat([kept, torch.from_numpy(last.astype(np.float32))], dim=1)
         return out
 
@@ -512,8 +518,7 @@ class ParkourEnv:
         qvel = self.qvel[sel]
         if "proprio" in needed:
             parts = [
-                s.base_ang_vel[sel] * 0.25,
-                s.projected_gravity[sel],
+                *proprio_head(s.base_ang_vel[sel], s.projected_gravity[sel], self.proprio_layout),
                 s.joint_pos[sel] - self.default_joint_pos,
                 qvel[:, sc.joint_qvel] * 0.05,
                 self.actions[sel],
