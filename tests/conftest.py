@@ -64,3 +64,22 @@ def run_llp(*args: str, env: dict | None = None, timeout: float = 900) -> subpro
 @pytest.fixture
 def llp():
     return run_llp
+
+
+SMOKE = ["--profile", "smoke"]
+
+
+def ledger(run_root: Path, run_id: str) -> dict:
+    """A pipeline run's ledger (its stages' states, executions, outputs)."""
+    import json
+
+    return json.loads((run_root / run_id / "ledger.json").read_text())
+
+
+def mlflow_client(services):
+    """An MLflow client of the test services' tracking server (and their S3 credentials in this process)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(services["env"]["MLFLOW_TRACKING_URI"])
+    os.environ.update({k: v for k, v in services["env"].items() if k.startswith(("AWS_", "MLFLOW_S3"))})
+    return mlflow.MlflowClient()
