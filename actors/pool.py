@@ -30,6 +30,8 @@ class TrainingPool:
     def __init__(self, resources: ResourcesConfig, spec: TrainSpec):
         self.resources, self.spec = resources, spec
         self.mode = resources.mode
+        if spec.groups:
+            _check_groups(resources, spec)
         if self.mode == "colocated":
             remote = ray.remote(ColocatedWorker).options(
                 num_cpus=resources.sim_actor_cpus,
@@ -49,8 +51,16 @@ class TrainingPool:
             max_restarts=resources.max_restarts,
             max_task_retries=resources.task_retries,
         )
-        self.sims = [sim_cls.remote(spec, k, resources.sim_threads) for k in range(resources.sim_actors)]
+        n_sims = resources.sim_actors
+        self.sims = [sim_cls.remote(spec.for_actor(k, n_sims), k, resources.sim_threads) for k in range(n_sims)]
         self.spaces = ray.get(self.sims[0].spaces.remote())
+        env_groups = None
+        if spec.groups:  # every group's student sees the same widths; the learner weighs groups by env
+            per_group = ray.get([self.sims[g].spaces.remote() for g in range(len(spec.groups))])
+            _check_same_student_obs(spec, per_group)
+            import torch
+
+            env_groups = torch.cat([torch.full((self.spaces["num_envs"],), spec.group_of(k)) for k in range(n_sims)])
         self._where = ray.get([s.where.remote() for s in self.sims])
         self.replacements = 0
         learner_cls = ray.remote(LearnerWorker).options(
@@ -64,7 +74,8 @@ class TrainingPool:
             )
         # data-parallel learners: each takes the rollouts of len(sims) / n simulator actors
         self.learners = [
-            learner_cls.remote(spec, self.spaces, len(self.sims) // n, resources.learner_threads) for _ in range(n)
+            learner_cls.remote(spec, self.spaces, len(self.sims) // n, resources.learner_threads, env_groups)
+            for _ in range(n)
         ]
         self.learner = self.learners[0]  # rank 0: its weights go to the simulators, its state to checkpoints
         if n > 1:
@@ -97,6 +108,9 @@ class TrainingPool:
         t2 = time.perf_counter()
         steps = self.spec.ppo.num_steps * self.num_envs
         metrics = iteration_metrics(learn, _merge(sim_metrics), steps, t1 - t0, t2 - t1)
+        for g, group in enumerate(self.spec.groups):  # each group's episodes, reward terms and ends on their own
+            mine = [m for k, m in enumerate(sim_metrics) if self.spec.group_of(k) == g]
+            metrics.update({f"group/{group.name}/{k}": v for k, v in _merge(mine).items()})
         metrics["perf/sim_actors"] = float(len(self.sims))
         metrics["faults/sim_replacements"] = float(self._count_replacements())
         return metrics
@@ -170,6 +184,44 @@ class TrainingPool:
     def close(self) -> None:
         for actor in [*self.sims, *([self.colocated] if self.mode == "colocated" else self.learners)]:
             ray.kill(actor)
+
+
+def _check_groups(resources: ResourcesConfig, spec: TrainSpec) -> None:
+    """Env groups need one simulator actor per group at least, the decoupled layout and one learner."""
+    names = [g.name for g in spec.groups]
+    if resources.mode == "colocated":
+        raise ValueError(f"env groups {names} need simulator actors of their own: resources.mode decoupled")
+    if resources.sim_actors < len(spec.groups):
+        raise ValueError(
+            f"resources.sim_actors is {resources.sim_actors}, but the stage has {len(names)} env groups {names}: "
+            "each simulator actor hosts one group, so give it at least one actor per group"
+        )
+    if resources.sim_actors % len(spec.groups):
+        raise ValueError(
+            f"resources.sim_actors {resources.sim_actors} is not a multiple of the {len(names)} env groups "
+            f"{names}: each group gets the same number of simulator actors"
+        )
+    if resources.learners > 1:
+        raise ValueError(f"env groups {names} with resources.learners > 1 are not supported yet: use one learner")
+
+
+def _check_same_student_obs(spec: TrainSpec, per_group: list[dict]) -> None:
+    """The student (and critic) read terms of the same width in every group, and act on the same joints."""
+    from llp.learn.models import parse_refs
+
+    first = spec.groups[0].name
+    refs = parse_refs(spec.actor.obs) + (parse_refs(spec.critic.obs) if spec.critic is not None else [])
+    for group, spaces in zip(spec.groups[1:], per_group[1:]):
+        if spaces["num_actions"] != per_group[0]["num_actions"]:
+            raise ValueError(
+                f"env group {group.name!r} has {spaces['num_actions']} actions, {first!r} "
+                f"{per_group[0]['num_actions']}: the student drives the same joints in every group"
+            )
+        for g, t in refs:
+            widths = [s["obs_dims"].get(g, {}).get(t) for s in (per_group[0], spaces)]
+            if None in widths or widths[0] != widths[1]:
+                raise ValueError(f"the networks read {g}/{t}, {widths[0]} wide in env group {first!r} and "
+                                 f"{widths[1]} in {group.name!r}: every group must give it the same width")  # fmt: skip
 
 
 def _merge(per_actor: list[dict]) -> dict:

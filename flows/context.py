@@ -107,7 +107,8 @@ class StageContext:
     def log_json(self, data: Any, artifact_file: str) -> None:
         tracking.log_json(self.mlflow_run_id, data, artifact_file)
 
-    def log_learning_curve(self, history: list[dict]) -> None:
+    def log_learning_curve(self, history: list[dict], panels: list[tuple[str, str]] | None = None) -> None:
+        """A panel per (metric key, title) over the iterations (default: episode return and length)."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -115,13 +116,20 @@ class StageContext:
 
         if not history:
             return
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        for ax, key, label in (
-            (axes[0], "episode/return", "mean episode return"),
-            (axes[1], "episode/length", "mean episode length (steps)"),
-        ):
+        panels = panels or [
+            ("episode/return", "mean episode return"),
+            ("episode/length", "mean episode length (steps)"),
+        ]
+        fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5), squeeze=False)
+        for ax, (key, label) in zip(axes[0], panels):
             xs = [i for i, h in enumerate(history) if key in h]
-            ax.plot(xs, [history[i][key] for i in xs], lw=1)
+            ys = [history[i][key] for i in xs]
+            ax.plot(xs, ys, lw=1, alpha=0.35 if len(xs) > 50 else 1.0)
+            if len(xs) > 50:  # noisy per-iteration values: their running mean over 2% of the run on top
+                k = max(5, len(xs) // 50)
+                windows = [ys[max(0, j - k + 1) : j + 1] for j in range(len(ys))]
+                smooth = [sum(w) / len(w) for w in windows]
+                ax.plot(xs, smooth, lw=1.5, color="C0")
             ax.set_xlabel("iteration")
             ax.set_title(label)
             ax.grid(alpha=0.3)

@@ -195,7 +195,7 @@ def run_pipeline(
 
     @flow(name=cfg.name, flow_run_name="{run_id}", log_prints=False)
     def llp_pipeline(run_id: str, stages: list[str]) -> dict:
-        from llp.stages.registry import STAGES
+        from llp.stages.registry import STAGES, input_source
 
         ledger.set(prefect_flow_run=str(flow_run.id), prefect_api=os.environ.get("PREFECT_API_URL"))
         print(
@@ -211,10 +211,10 @@ def run_pipeline(
             stage_cfg = resolved(cfg)["stages"][name]
             typed = build(spec.config, stage_cfg, f"stages.{name}")
             inputs = {}
-            for input_name, upstream in spec.inputs(typed).items():
-                # an input takes the upstream stage's output of the same name
-                inputs[input_name] = outputs.get(upstream, {}).get(input_name) or _resolve_upstream(
-                    upstream, input_name, run_id, ledger, stream
+            for input_name, source in spec.inputs(typed).items():
+                upstream, output = input_source(input_name, source)  # an upstream stage's output
+                inputs[input_name] = outputs.get(upstream, {}).get(output) or _resolve_upstream(
+                    upstream, output, run_id, ledger, stream
                 )
             input_versions = {
                 k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 
 from llp.config.pipeline import PipelineConfig
 from llp.config.schema import build, check
-from llp.stages import depth_student, evaluate, export, locomotion_teacher, reference_augmentation, skill_expert
+from llp.stages import (
+    depth_student,
+    evaluate,
+    export,
+    locomotion_teacher,
+    merge,
+    reference_augmentation,
+    skill_expert,
+)
 
 
 @dataclass(frozen=True)
@@ -15,7 +23,7 @@ class StageSpec:
     name: str
     config: type
     run: Callable  # run(ctx, cfg, inputs: {name: models:/ URI}) -> {output name: models:/ URI or value}
-    inputs: Callable  # cfg -> {input name: upstream stage}; the input is that stage's output of the same name
+    inputs: Callable  # cfg -> {input name: "stage" (its output of the same name) or "stage.output"}
     outputs: dict[str, str]  # output name -> registered model name ("" for outputs that are not models)
     description: str
 
@@ -58,6 +66,20 @@ STAGES: dict[str, StageSpec] = {
         "DAgger from the tracking expert + lambda PPO; phase B: PPO alone over every accepted height, from a "
         "standing start. Evaluated beside the expert and its phase-A self on the same trials, from two starts.",
     ),
+    "merge": StageSpec(
+        name="merge",
+        config=merge.MergeConfig,
+        run=merge.run,
+        inputs=lambda cfg: {
+            "teacher": f"{cfg.teacher}.policy",
+            "library": "reference_augmentation",
+            **{stage: f"{stage}.policy" for stage in cfg.skills.values()},
+        },
+        outputs={"policy": "llp-merged-student"},
+        description="LLP stage 4: the multi-expert merge (one height-scan student, every joint; an env group per "
+        "behaviour, each labelled online by its expert - the locomotion teacher on terrain, each skill expert on "
+        "its course; DAgger alone; no group label in the actor). Evaluated per group beside the experts.",
+    ),
     "depth_student": StageSpec(
         name="depth_student",
         config=depth_student.DepthStudentConfig,
@@ -80,6 +102,12 @@ STAGES: dict[str, StageSpec] = {
 }
 
 
+def input_source(input_name: str, upstream: str) -> tuple[str, str]:
+    """(stage, output) an input comes from: ``"stage.output"``, or ``"stage"`` for its output named as the input."""
+    stage, _, output = upstream.partition(".")
+    return stage, output or input_name
+
+
 def stage_config(cfg: PipelineConfig, name: str):
     """The typed config of stage ``name`` of the pipeline ``cfg``."""
     return build(STAGES[name].config, cfg.stages[name], f"stages.{name}")
@@ -90,7 +118,8 @@ def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
     order = list(cfg.stages)
     for name in order:
         check(name in STAGES, f"stages.{name}", f"unknown stage; allowed values: {', '.join(STAGES)}")
-        for input_name, upstream in STAGES[name].inputs(stage_config(cfg, name)).items():
+        for input_name, source in STAGES[name].inputs(stage_config(cfg, name)).items():
+            upstream, output = input_source(input_name, source)
             check(
                 upstream in cfg.stages,
                 f"stages.{name}.{input_name}",
@@ -100,6 +129,11 @@ def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
                 order.index(upstream) < order.index(name),
                 f"stages.{name}",
                 f"input stage {upstream!r} must come before it",
+            )
+            check(
+                output in STAGES[upstream].outputs,
+                f"stages.{name}.{input_name}",
+                f"stage {upstream!r} has no output {output!r} (it has {', '.join(STAGES[upstream].outputs) or 'none'})",
             )
     return cfg
 

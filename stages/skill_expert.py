@@ -187,9 +187,15 @@ def skill_env(cfg: SkillExpertConfig, ref, tracker_spec: dict | None = None):
 def generalization_env(cfg: SkillExpertConfig, refs: list):
     """Phase B's env: one lane per reference (their physics rollouts, each over its box), phase B's starts."""
     from llp.config.schema import merge
-    from llp.motion.tracking import Lane, TrackingEnvConfig, tracking_task
+    from llp.motion.tracking import tracking_task
 
-    task = tracking_task(cfg.task, cfg.robot, merge(cfg.env, cfg.generalization.env))
+    return lanes_env(tracking_task(cfg.task, cfg.robot, merge(cfg.env, cfg.generalization.env)), refs)
+
+
+def lanes_env(task, refs: list):
+    """The tracking env of ``task`` with one lane per reference (its physics rollout over its box)."""
+    from llp.motion.tracking import Lane, TrackingEnvConfig
+
     lanes = [Lane(r.qpos, r.obstacle, r.contacts, r.id) for r in refs]
     first = lanes[0]
     return TrackingEnvConfig(task=task, qpos=first.qpos, fps=refs[0].fps, obstacle=first.obstacle,

@@ -86,3 +86,23 @@ def test_dagger_loss_value():
 
 def test_nn_identity_guard():
     assert isinstance(nn.Identity(), nn.Module)
+
+
+def test_envs_no_teacher_labels_do_not_imitate_anything():
+    """A teacher for half the envs: the other half's labels (zeros) are marked unused, and the DAgger loss
+    is the labelled envs' alone, however many unlabelled envs the rollout has."""
+    from llp.learn.configs import PPOConfig
+    from llp.learn.ppo import PPO
+
+    env = ScriptedExpertEnv(num_envs=6, start=3.0)
+    dims = env.obs_dims()
+    teacher = LinearTeacher(dims, [-2.0, -1.5])
+    student = _student(dims)
+    ro = RolloutCollector(env, student, None, 8, teachers=[Teacher(teacher, torch.tensor([0, 1, 2]))]).collect()
+    assert ro.labelled.tolist() == [True, True, True, False, False, False]
+    cfg = PPOConfig(rl_coef=0.0, dagger_coef=1.0, num_epochs=1, num_minibatches=1, learning_rate=0.0)
+    with torch.no_grad():
+        mean = student.flat(ro.stacked_frames().reshape(48, *ro.stacked_frames().shape[2:])).reshape(8, 6, 1)
+    expected = ((mean - ro.teacher_actions)[:, :3] ** 2).mean()
+    metrics = PPO(student, None, cfg).update(ro)
+    assert abs(metrics["loss/dagger"] - float(expected)) < 1e-5

@@ -36,12 +36,13 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e")
     assert book["state"] == "completed"
-    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 6
+    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 7
     assert {n: s["executions"] for n, s in book["stages"].items()} == {
         "locomotion_teacher": 1,
         "reference_augmentation": 1,
         "evaluate": 1,
         "skill_climb_step": 1,
+        "merge": 1,
         "depth_student": 1,
         "export": 1,
     }
@@ -183,6 +184,39 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
     assert run.data.params["inputs.tracker"] == upstream["tracker"]
 
 
+def test_the_merged_student_records_its_experts_reads_no_group_and_is_evaluated_per_group(services, smoke_run):
+    """The merge's version records the teacher, library and skill expert this run registered; its actor reads
+    proprioception, scan and command of every joint (no group term, by spec and by input width); each group
+    was trained (its own metrics) and evaluated beside its expert and a do-nothing baseline."""
+    import mlflow
+
+    from llp.flows import tracking
+
+    book = ledger(smoke_run["root"], "e2e")
+    stages = book["stages"]
+    merged = stages["merge"]["outputs"]["policy"]
+    assert json.loads(tracking.version_tags(merged)["llp.inputs"]) == {
+        "teacher": stages["locomotion_teacher"]["outputs"]["policy"],
+        "library": stages["reference_augmentation"]["outputs"]["library"],
+        "skill_climb_step": stages["skill_climb_step"]["outputs"]["policy"],
+    }
+    info = mlflow.models.get_model_info(merged)
+    spec = info.metadata["llp_policy_spec"]
+    assert spec["obs"] == ["policy/proprio", "policy/height_scan", "policy/command"] and spec["num_frames"] == 5
+    assert spec["obs_dim"] == 69 + 187 + 3  # one frame: the three terms' widths, nothing else
+    assert spec["num_actions"] == 21 == len(spec["action_joints"]) and spec["proprio_layout"] == "locomotion"
+    client = mlflow_client(services)
+    run = client.get_run(stages["merge"]["mlflow_run"])
+    metrics = run.data.metrics
+    assert metrics["loss/dagger"] > 0
+    assert "group/locomotion/reward_terms/lin_vel_tracking" in metrics
+    assert "group/climb_step/reward_terms/anchor_pos" in metrics
+    for key in ("locomotion/locomotion_teacher", "locomotion/merged_student", "locomotion/stand_still",
+                "climb_step/climb_step_expert", "climb_step/merged_student", "climb_step/default_pose"):  # fmt: skip
+        assert 0 <= metrics[f"eval/{key}/success_rate"] <= 1
+    assert len(client.get_metric_history(run.info.run_id, "loss/dagger")) == 3
+
+
 @pytest.mark.fault
 def test_a_skill_stage_killed_in_phase_b_resumes_in_phase_b(services, smoke_run, tmp_path, llp):
     """The crash comes after the first phase-B iteration (3), which the checkpoint of iteration 3 covers: the
@@ -211,6 +245,7 @@ def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
         "reference_augmentation": ("cached", 0),
         "evaluate": ("cached", 0),
         "skill_climb_step": ("cached", 0),
+        "merge": ("cached", 0),
         "depth_student": ("cached", 0),
         "export": ("cached", 0),
     }
@@ -317,8 +352,8 @@ def test_status_and_stages_commands(smoke_run, llp):
     status = llp("status", "e2e", "--run-root", str(smoke_run["root"]))
     assert status.returncode == 0
     assert "locomotion_teacher" in status.stdout and "models:/llp-locomotion-teacher/" in status.stdout
-    for stage, model in (("skill_climb_step", "llp-skill-climb-step"), ("depth_student", "llp-depth-student"),
-                         ("export", "llp-deployable-policy")):  # fmt: skip
+    for stage, model in (("skill_climb_step", "llp-skill-climb-step"), ("merge", "llp-merged-student"),
+                         ("depth_student", "llp-depth-student"), ("export", "llp-deployable-policy")):  # fmt: skip
         row = next(line for line in status.stdout.splitlines() if line.startswith(stage))
         assert "completed" in row and f"models:/{model}/" in row
     assert "Prefect flow run" in status.stdout

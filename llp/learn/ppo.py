@@ -216,6 +216,9 @@ class PPO:
                 raise ValueError("dagger_coef > 0 but the rollout has no teacher labels (attach teachers)")
             g = None if groups is None else groups[t, e]
             w = sample_weights(g, len(t), cfg.balance_groups)
+            if ro.labelled is not None:  # envs no teacher labels (another group's) do not imitate anything
+                w = w * ro.labelled[e].to(w.dtype)
+                w = w / w.sum().clamp_min(1e-12)
             d = dagger_loss(mean, ro.teacher_actions[t, e], w)
             loss = loss + cfg.dagger_coef * d
             out["dagger"] = d.detach()

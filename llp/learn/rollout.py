@@ -121,6 +121,10 @@ class RolloutCollector:
         self.term_sums: dict[str, float] = {}
         self.term_count = 0
         self.end_counts: dict[str, int] = {}
+        self.label_error, self.label_steps = 0.0, 0
+        self._labelled = torch.zeros(env.num_envs, dtype=torch.bool)
+        for teacher in self.teachers:
+            self._labelled[teacher.env_ids] = True
 
     def _values(self, obs) -> torch.Tensor:
         if self.critic is None:
@@ -170,6 +174,9 @@ class RolloutCollector:
                         t_mean = env.convert_actions(t_mean, teacher.env_ids, *meaning)
                     label[teacher.env_ids] = t_mean
                 teacher_actions.append(label)
+                if bool(self._labelled.any()):  # how far the acting student is from its labels
+                    self.label_error += float((mean - label)[self._labelled].pow(2).mean())
+                    self.label_steps += 1
             if self.recon_ref is not None:
                 recon.append(gather(obs, [self.recon_ref]))
             if self.amp_refs is not None:
@@ -225,6 +232,7 @@ class RolloutCollector:
             fresh=stack(fresh) if fresh else None,
             hidden=stack(hidden) if hidden else None,
             teacher_actions=stack(teacher_actions) if teacher_actions else None,
+            labelled=self._labelled.clone() if teacher_actions else None,
             recon_targets=stack(recon) if recon else None,
             amp_obs=stack(amp_obs) if amp_obs else None,
             amp_phase=stack(progress) if progress else None,
@@ -239,6 +247,9 @@ class RolloutCollector:
         ended = sum(self.end_counts.values())
         if ended:
             out.update({f"episode_ends/{k}": v / ended for k, v in self.end_counts.items()})
+        if self.label_steps:  # mean squared error per joint between the student's action mean and its label
+            out["dagger/label_error"] = self.label_error / self.label_steps
         self.stats.clear()
         self.term_sums, self.term_count, self.end_counts = {}, 0, {}
+        self.label_error, self.label_steps = 0.0, 0
         return out

@@ -55,6 +55,16 @@ class AMPSpec:
 
 
 @dataclass
+class EnvGroup:
+    """One env group of a multi-group stage (the merge): its env and the experts that label its envs. Each
+    simulator actor hosts one group; the learner joins every group's rollouts."""
+
+    name: str
+    env: EnvConfig | TrackingEnvConfig
+    teachers: list[TeacherSpec] = field(default_factory=list)
+
+
+@dataclass
 class TrainSpec:
     env: EnvConfig | TrackingEnvConfig  # terrain courses, or tracking one motion reference (stage 2)
     envs_per_actor: int
@@ -65,8 +75,35 @@ class TrainSpec:
     reward_groups: list[list[str]] | None = None  # reward term names per value head; None = one total reward
     teachers: list[TeacherSpec] = field(default_factory=list)
     amp: AMPSpec | None = None
+    groups: list[EnvGroup] = field(default_factory=list)  # several envs, one per simulator actor (env: the first's)
+
+    def for_actor(self, index: int, actors: int) -> TrainSpec:
+        """What simulator actor ``index`` of ``actors`` hosts: group ``index mod len(groups)``'s env and experts
+        (the spec itself without groups)."""
+        if not self.groups:
+            return self
+        from dataclasses import replace
+
+        group = self.groups[index % len(self.groups)]
+        return replace(self, env=group.env, teachers=list(group.teachers), groups=[])
+
+    def group_of(self, index: int) -> int | None:
+        """The group index of simulator actor ``index`` (None without groups)."""
+        return index % len(self.groups) if self.groups else None
 
     def __post_init__(self) -> None:
+        if self.groups:
+            names = [g.name for g in self.groups]
+            if len(set(names)) != len(names):
+                raise ValueError(f"env groups need distinct names, got {names}")
+            if self.teachers:
+                raise ValueError("with env groups, each group names its own teachers (TrainSpec.teachers stays empty)")
+            if self.amp is not None:
+                raise ValueError("env groups with an AMP prior are not supported yet")
+            self.env = self.groups[0].env
+            for k in range(len(self.groups)):
+                self.for_actor(k, len(self.groups))  # each group's env and teachers pass the single-env checks
+            return
         heads = 1 if not self.reward_groups else len(self.reward_groups)
         if len(self.ppo.advantage_weights) != heads:
             raise ValueError(

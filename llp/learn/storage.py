@@ -35,6 +35,7 @@ class Rollout:
     fresh: torch.Tensor | None = None  # [T, N] bool: history not yet filled before each step
     hidden: torch.Tensor | None = None  # [T, L, N, Hg] GRU state before each step
     teacher_actions: torch.Tensor | None = None  # [T, N, A] DAgger labels on student-visited states
+    labelled: torch.Tensor | None = None  # [N] bool: envs some teacher labels (the others' labels are not used)
     recon_targets: torch.Tensor | None = None  # [T, N, R] reconstruction targets (teacher height scan)
     amp_obs: torch.Tensor | None = None  # [T+1, N, F] AMP features of s_t (row T: after the last step)
     amp_phase: torch.Tensor | None = None  # [T, N] phase weight (0 = walk prior, 1 = skill prior)
@@ -86,7 +87,7 @@ class Rollout:
         for k, v in first.__dict__.items():
             if isinstance(v, torch.Tensor):
                 axis = 1
-                if k == "last_values":
+                if k in ("last_values", "labelled"):
                     axis = 0
                 elif k == "hidden":
                     axis = 2

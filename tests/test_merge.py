@@ -1,0 +1,257 @@
+"""The multi-expert merge: env groups on simulator actors, each labelled by its own expert; one student that
+reads no group label; the stage's config checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from llp.learn.configs import ActorConfig, PPOConfig
+
+pytestmark = pytest.mark.timeout(600)
+
+STUDENT = ["policy/proprio", "policy/height_scan", "policy/command"]
+
+
+@pytest.fixture(scope="module")
+def ray_local(tmp_path_factory):
+    from llp.infra.ray_runtime import init_ray, shutdown_ray
+
+    init_ray(tmp_path_factory.mktemp("ray"), num_cpus=2)
+    yield
+    shutdown_ray()
+
+
+class _Labeller(torch.nn.Module):
+    """An instrumented expert: a fixed linear map of the proprioception it reads, its own per ``seed``, so a
+    label says which expert computed it and from which state."""
+
+    def __init__(self, obs_dim: int, num_actions: int, seed: int):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.weight = torch.nn.Parameter(torch.randn(num_actions, obs_dim, generator=gen), requires_grad=False)
+
+    def forward(self, x):
+        return x @ self.weight.T
+
+
+def _expert(seed: int, uri: str):
+    import io
+
+    from llp.learn.export import PolicySpec
+    from llp.learn.spec import FrozenPolicy
+
+    module = _Labeller(69, 21, seed).eval()
+    buffer = io.BytesIO()
+    batch = {0: torch.export.Dim("batch")}
+    torch.export.save(torch.export.export(module, (torch.zeros(2, 69),), dynamic_shapes=(batch,)), buffer)
+    spec = PolicySpec(obs=["policy/proprio"], obs_dim=69, num_frames=1, num_actions=21)
+    return module, FrozenPolicy(uri, buffer.getvalue(), spec.to_dict())
+
+
+def _groups():
+    """The merge's two kinds of group, small: terrain courses (every joint driven) and the climb seed's course
+    in the terrain env's proprioception, from a standing start."""
+    from llp.config.files import env_config
+    from llp.motion.seeds import seed_reference, seed_spec
+    from llp.motion.tracking import TrackingEnvConfig, tracking_task
+    from llp.stages.merge import _skill_env
+
+    terrain = env_config(overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}})
+    seed = seed_reference(seed_spec("climb_step_25"))
+    course = TrackingEnvConfig(task=tracking_task(overrides=_skill_env()), qpos=seed.qpos, fps=seed.fps,
+                               obstacle=seed.obstacle, contacts=seed.contacts, reference_id="seed")  # fmt: skip
+    return terrain, course
+
+
+def _spec(envs: int = 4, **overrides):
+    from llp.learn.spec import EnvGroup, TeacherSpec, TrainSpec
+
+    terrain, course = _groups()
+    walk, walker = _expert(1, "models:/walker/1")
+    climb, climber = _expert(2, "models:/climber/1")
+    groups = [
+        EnvGroup("locomotion", terrain, [TeacherSpec(walker)]),
+        EnvGroup("climb_step", course, [TeacherSpec(climber)]),
+    ]
+    spec = TrainSpec(env=terrain, envs_per_actor=envs, seed=0, actor=ActorConfig(obs=STUDENT, hidden_dims=[16]),
+                     critic=None, ppo=PPOConfig(num_steps=4, num_epochs=1, num_minibatches=1, rl_coef=0.0,
+                                                dagger_coef=1.0), groups=groups, **overrides)  # fmt: skip
+    return spec, {"locomotion": walk, "climb_step": climb}
+
+
+def test_each_simulator_hosts_one_group_and_every_label_comes_from_that_group_s_expert():
+    from llp.actors.simulator import SimulatorWorker
+    from llp.learn.learner import build_networks
+
+    spec, experts = _spec()
+    seen = {}
+    for k in range(4):  # four simulator actors, two groups: 0 and 2 walk, 1 and 3 climb
+        mine = spec.for_actor(k, 4)
+        name = spec.groups[spec.group_of(k)].name
+        assert mine.env is spec.groups[k % 2].env and not mine.groups
+        sim = SimulatorWorker(mine, k)
+        actor, _ = build_networks(mine, sim.env.obs_dims(), sim.env.num_actions)
+        rollout, metrics = sim.collect({"actor": actor.state_dict(), "critic": None})
+        proprio = rollout.actor_obs[..., :69]  # the student's first term, the experts' only one
+        own = experts[name](proprio)
+        other = experts["climb_step" if name == "locomotion" else "locomotion"](proprio)
+        torch.testing.assert_close(rollout.teacher_actions, own, atol=1e-5, rtol=1e-5)
+        assert float((rollout.teacher_actions - other).abs().mean()) > 0.1  # not the other expert's
+        error = (rollout.means - rollout.teacher_actions).pow(2).mean()  # the acting student against its labels
+        assert metrics["dagger/label_error"] == pytest.approx(float(error), rel=1e-5)
+        seen[name] = type(sim.env).__name__
+    assert seen == {"locomotion": "ParkourEnv", "climb_step": "TrackingEnv"}
+
+
+def test_the_student_reads_no_group_label_by_shape_and_by_perturbation():
+    """Its input is proprioception, scan and command, as wide in both groups; changing every other term an env
+    gives (the tracking reference, the privileged state, the gait clock, ...) changes none of its actions,
+    while a change in a term it reads does."""
+    from llp.learn.models import Actor
+    from llp.motion.tracking_env import TrackingEnv
+    from llp.sim.env import ParkourEnv
+
+    terrain, course = _groups()
+    envs = {"locomotion": ParkourEnv(terrain, 3, seed=1), "climb_step": TrackingEnv(course, 3, seed=1)}
+    dims = {name: env.obs_dims() for name, env in envs.items()}
+    widths = {name: [d["policy"][t.split("/")[1]] for t in STUDENT] for name, d in dims.items()}
+    assert widths["locomotion"] == widths["climb_step"] == [69, 187, 3]
+    torch.manual_seed(0)
+    actor = Actor(ActorConfig(obs=STUDENT, num_frames=5, hidden_dims=[32]), dims["locomotion"], 21).eval()
+    assert actor.obs_dim == 69 + 187 + 3  # one frame holds nothing else
+
+    @torch.no_grad()
+    def act(obs):
+        return actor.step(actor.observe(obs), actor.initial_memory(3))[0]
+
+    gen = torch.Generator().manual_seed(3)
+    for name, env in envs.items():
+        obs = env.reset()
+        base = act(obs)
+        shaken = {g: {t: (v if f"{g}/{t}" in STUDENT else v + torch.randn(v.shape, generator=gen))
+                      for t, v in terms.items()} for g, terms in obs.items()}  # fmt: skip
+        shaken["critic"] = {**shaken.get("critic", {}), "group": torch.eye(2)[[0, 1, 0]]}  # a label it never reads
+        torch.testing.assert_close(act(shaken), base, atol=0, rtol=0)
+        nudged = {g: dict(terms) for g, terms in obs.items()}
+        nudged["policy"]["command"] = nudged["policy"]["command"] + 0.5
+        assert float((act(nudged) - base).abs().max()) > 0, name
+
+
+def test_a_pool_of_groups_trains_one_student_and_reports_each_group(ray_local):
+    from llp.actors.pool import TrainingPool
+    from llp.config.resources import ResourcesConfig
+
+    spec, _ = _spec()
+    pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.5), spec)
+    try:
+        metrics = pool.iteration()
+        assert metrics["loss/dagger"] > 0 and pool.num_envs == 8
+        assert "group/locomotion/reward_terms/lin_vel_tracking" in metrics
+        assert "group/climb_step/reward_terms/anchor_pos" in metrics
+        assert "group/locomotion/reward_terms/anchor_pos" not in metrics  # each group its own terms
+        assert metrics["group/locomotion/dagger/label_error"] > 0 and metrics["group/climb_step/dagger/label_error"] > 0
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize(
+    "resources, message",
+    [
+        ({"sim_actors": 1}, "resources.sim_actors is 1, but the stage has 2 env groups"),
+        ({"sim_actors": 3}, "not a multiple of the 2 env groups"),
+        ({"mode": "colocated"}, "need simulator actors of their own"),
+        ({"sim_actors": 2, "learners": 2}, "resources.learners > 1"),
+    ],
+)
+def test_a_pool_refuses_groups_it_cannot_host_before_starting_anything(resources, message):
+    from llp.actors.pool import TrainingPool
+    from llp.config.resources import ResourcesConfig
+
+    spec, _ = _spec()
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrainingPool(ResourcesConfig(**resources), spec)  # raises before any actor exists: Ray is not even up
+
+
+def test_groups_whose_student_terms_differ_in_width_are_refused_with_the_term(ray_local):
+    from dataclasses import replace
+
+    from llp.actors.pool import TrainingPool
+    from llp.config.resources import ResourcesConfig
+
+    spec, _ = _spec()
+    course = spec.groups[1].env
+    narrow = replace(course, task=replace(course.task, height_scan=replace(course.task.height_scan, size=(0.6, 1.0))))
+    spec = replace(spec, groups=[spec.groups[0], replace(spec.groups[1], env=narrow)])
+    with pytest.raises(ValueError, match="policy/height_scan, 187 wide in env group 'locomotion'"):
+        TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.5), spec)
+
+
+def test_group_names_must_differ_and_groups_name_their_own_teachers():
+    from dataclasses import replace
+
+    spec, _ = _spec()
+    with pytest.raises(ValueError, match="distinct names"):
+        replace(spec, groups=[spec.groups[0], replace(spec.groups[1], name="locomotion")])
+    with pytest.raises(ValueError, match="each group names its own teachers"):
+        replace(spec, teachers=list(spec.groups[0].teachers))
+
+
+@pytest.mark.parametrize(
+    "override, where, message",
+    [
+        ({"ppo": {"rl_coef": 1.0}}, "ppo.rl_coef", "DAgger alone"),
+        ({"actor": {"obs": [*STUDENT, "policy/gait_clock"]}}, "actor.obs[3]", "what the robot senses in every group"),
+        ({"skill_env": {"proprio_layout": "tracking"}}, "skill_env.proprio_layout", "locomotion"),
+        ({"skill_env": {"start_posture": "crouch"}}, "skill_env.start_posture", "must be reference or default"),
+        ({"skills": {"locomotion": "skill_climb_step"}}, "skills", "terrain group"),
+        ({"teacher": "evaluate"}, "teacher", "has no output 'policy'"),
+    ],
+)
+def test_the_merge_config_names_what_is_wrong(override, where, message):
+    from llp.config.schema import ConfigError
+    from llp.stages.registry import load_pipeline
+
+    sets = [f"stages.merge.{k}={_yaml(v)}" for k, v in _dotted(override).items()]
+    with pytest.raises(ConfigError) as err:
+        load_pipeline("smoke", sets)
+    assert f"stages.merge.{where}" in str(err.value) and message in str(err.value)
+
+
+def _dotted(tree: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}: one --set per leaf, so the rest of the stage's config stays."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and v and k != "skills":
+            out.update(_dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _yaml(value) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def test_the_unified_student_s_skill_course_covers_every_accepted_height(tmp_path):
+    """The skill group tracks every accepted physics-tracked entry of its skill, one lane each, and gives the
+    expert's terms (added to the student's) in the terrain env's proprioception."""
+    from llp.stages.merge import MergeConfig, skill_group_env
+
+    class Ref:
+        def __init__(self, qpos, obstacle, contacts, id):
+            self.qpos, self.obstacle, self.contacts, self.id, self.fps = qpos, obstacle, contacts, id, 50.0
+
+    from llp.motion.seeds import seed_reference, seed_spec
+
+    seed = seed_reference(seed_spec("climb_step_25"))
+    refs = [Ref(seed.qpos, seed.obstacle, seed.contacts, f"r{k}") for k in (1, 2)]
+    expert = {"obs": ["policy/proprio", "policy/height_scan", "policy/command", "policy/reference"]}
+    env_cfg = skill_group_env(MergeConfig(), refs, expert, "climb_step")
+    assert [lane.reference_id for lane in env_cfg.references()] == ["r1", "r2"]
+    assert env_cfg.task.observations["policy"] == ["proprio", "height_scan", "command", "reference"]
+    assert env_cfg.task.proprio_layout == "locomotion" and env_cfg.task.start_posture == "default"
+    assert np.isclose(env_cfg.task.start_window_s, 0.2)
