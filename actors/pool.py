@@ -61,6 +61,7 @@ class TrainingPool:
             import torch
 
             env_groups = torch.cat([torch.full((self.spaces["num_envs"],), spec.group_of(k)) for k in range(n_sims)])
+        rl_envs = spec.rl_envs(self.spaces["num_envs"], n_sims)
         self._where = ray.get([s.where.remote() for s in self.sims])
         self.replacements = 0
         learner_cls = ray.remote(LearnerWorker).options(
@@ -74,7 +75,7 @@ class TrainingPool:
             )
         # data-parallel learners: each takes the rollouts of len(sims) / n simulator actors
         self.learners = [
-            learner_cls.remote(spec, self.spaces, len(self.sims) // n, resources.learner_threads, env_groups)
+            learner_cls.remote(spec, self.spaces, len(self.sims) // n, resources.learner_threads, env_groups, rl_envs)
             for _ in range(n)
         ]
         self.learner = self.learners[0]  # rank 0: its weights go to the simulators, its state to checkpoints

@@ -25,8 +25,14 @@ def build_env(spec: TrainSpec, index: int, threads: int):
     if isinstance(spec.env, TrackingEnvConfig):
         from llp.motion.tracking_env import TrackingEnv
 
-        return TrackingEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
-    return ParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
+        env = TrackingEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
+    else:
+        env = ParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
+    if spec.group is not None:  # one of several env groups: its label, for a critic that reads group/onehot
+        from llp.sim.group_label import GroupLabel
+
+        env = GroupLabel(env, *spec.group)
+    return env
 
 
 class HostsEnv:

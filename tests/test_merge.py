@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from llp.learn.configs import ActorConfig, PPOConfig
+from llp.learn.models import Actor
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -101,7 +102,7 @@ def test_each_simulator_hosts_one_group_and_every_label_comes_from_that_group_s_
         assert float((rollout.teacher_actions - other).abs().mean()) > 0.1  # not the other expert's
         error = (rollout.means - rollout.teacher_actions).pow(2).mean()  # the acting student against its labels
         assert metrics["dagger/label_error"] == pytest.approx(float(error), rel=1e-5)
-        seen[name] = type(sim.env).__name__
+        seen[name] = type(sim.env.env).__name__  # inside the group label (llp.sim.group_label)
     assert seen == {"locomotion": "ParkourEnv", "climb_step": "TrackingEnv"}
 
 
@@ -255,3 +256,68 @@ def test_the_unified_student_s_skill_course_covers_every_accepted_height(tmp_pat
     assert env_cfg.task.observations["policy"] == ["proprio", "height_scan", "command", "reference"]
     assert env_cfg.task.proprio_layout == "locomotion" and env_cfg.task.start_posture == "default"
     assert np.isclose(env_cfg.task.start_window_s, 0.2)
+
+
+def test_a_critic_may_read_the_group_label_and_the_actor_may_not():
+    from dataclasses import replace
+
+    from llp.actors.simulator import SimulatorWorker
+    from llp.learn.configs import CriticConfig
+    from llp.learn.learner import build_networks
+
+    spec, _ = _spec()
+    spec = replace(spec, critic=CriticConfig(obs=["critic/proprio", "group/onehot"], hidden_dims=[8]))
+    for k, name in ((0, "locomotion"), (1, "climb_step")):
+        sim = SimulatorWorker(spec.for_actor(k, 2), k)
+        assert sim.env.obs_dims()["group"] == {"onehot": 2}
+        actor, critic = build_networks(spec.for_actor(k, 2), sim.env.obs_dims(), 21)
+        rollout, _ = sim.collect({"actor": actor.state_dict(), "critic": critic.state_dict()})
+        label = rollout.critic_obs[..., -2:]  # the critic's last term: this group's one-hot at every step
+        assert torch.equal(label, torch.eye(2)[k].expand_as(label)), name
+    with pytest.raises(ValueError, match="only a critic may know an env's group"):
+        replace(spec, actor=ActorConfig(obs=[*STUDENT, "group/onehot"], hidden_dims=[16]))
+
+
+def test_ppo_covers_only_the_envs_of_the_groups_that_learn_by_rl():
+    """Groups that learn from their experts alone (EnvGroup.rl False) add nothing to PPO's surrogate, its KL
+    or its advantage statistics: the masked update's surrogate is the update's on those envs alone."""
+    import copy
+
+    from llp.config.schema import build
+    from llp.learn.configs import CriticConfig
+    from llp.learn.models import Critic
+    from llp.learn.ppo import PPO
+    from llp.learn.rollout import RolloutCollector
+    from llp.learn.storage import Rollout
+    from tests.toy_envs import PointMass
+
+    env = PointMass(num_envs=6, horizon=20)
+    torch.manual_seed(0)
+    actor = Actor(build(ActorConfig, {"obs": ["policy/state"], "hidden_dims": [8]}), env.obs_dims(), 2)
+    critic = Critic(build(CriticConfig, {"obs": ["critic/state"], "hidden_dims": [8]}), env.obs_dims())
+    ro = RolloutCollector(env, actor, critic, 8).collect()
+    keep = torch.tensor([True, False, True, True, False, False])
+    part = Rollout(**{k: (v[keep] if k == "last_values" else v[:, keep]) if torch.is_tensor(v) else v
+                      for k, v in ro.__dict__.items()})  # fmt: skip
+    with torch.no_grad():  # the policy moved since it collected: ratios away from 1, a KL above 0
+        for p in actor.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    cfg = PPOConfig(num_steps=8, num_epochs=1, num_minibatches=1, learning_rate=0.0)
+
+    def update(rollout, mask=None):  # each on its own copy: an update also moves the input normalisers
+        return PPO(copy.deepcopy(actor), copy.deepcopy(critic), cfg, rl_envs=mask).update(rollout)
+
+    masked, alone, everything = update(ro, keep), update(part), update(ro)
+    assert masked["loss/kl"] > 1e-4
+    for key in ("loss/surrogate", "loss/kl", "loss/ratio_deviation"):
+        assert masked[key] == pytest.approx(alone[key], rel=1e-5), key
+        assert everything[key] != pytest.approx(masked[key], rel=1e-3), key
+    spec, _ = _spec()
+    with pytest.raises(ValueError, match="no env group learns by RL"):
+        from dataclasses import replace
+
+        replace(spec, ppo=PPOConfig(num_steps=4, rl_coef=1.0, dagger_coef=1.0),
+                groups=[replace(g, rl=False) for g in spec.groups])  # fmt: skip
+    both = replace(spec, ppo=PPOConfig(num_steps=4, rl_coef=1.0, dagger_coef=1.0),
+                   groups=[spec.groups[0], replace(spec.groups[1], rl=False)])  # fmt: skip
+    assert both.rl_envs(2, 4).tolist() == [True, True, False, False, True, True, False, False]

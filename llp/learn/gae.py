@@ -50,7 +50,9 @@ def gae(
     return advantages, advantages + values
 
 
-def combine_advantages(advantages: torch.Tensor, weights: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+def combine_advantages(
+    advantages: torch.Tensor, weights: torch.Tensor, normalize: bool = True, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """One advantage per sample from per-group advantages [..., H].
 
     Each group's advantages are normalised separately (zero mean, unit std over
@@ -58,7 +60,8 @@ def combine_advantages(advantages: torch.Tensor, weights: torch.Tensor, normaliz
     then combined as sum_h weights[h] * A_h. With a single group this is the usual
     PPO advantage normalisation.
     """
-    flat = advantages.reshape(-1, advantages.shape[-1])
+    # mask [N]: the envs whose advantages count (the statistics are theirs)
+    flat = (advantages if mask is None else advantages[:, mask]).reshape(-1, advantages.shape[-1])
     if normalize:
         mean, std = flat.mean(dim=0), flat.std(dim=0)
         advantages = (advantages - mean) / (std + 1e-8)

@@ -145,11 +145,18 @@ def build_networks(spec: TrainSpec, obs_dims: dict, num_actions: int) -> tuple[A
     return actor, critic
 
 
-def build_learner(spec: TrainSpec, obs_dims: dict, num_actions: int, env_groups: torch.Tensor | None) -> Learner:
+def build_learner(
+    spec: TrainSpec,
+    obs_dims: dict,
+    num_actions: int,
+    env_groups: torch.Tensor | None,
+    rl_envs: torch.Tensor | None = None,
+) -> Learner:
     """The learner for ``spec`` on envs with observation widths ``obs_dims``; ``env_groups`` [N] is the teacher
-    group of every env the learner will see (for balanced DAgger weights)."""
+    group of every env the learner will see (for balanced DAgger weights), ``rl_envs`` [N] the envs PPO's loss
+    covers (None: all)."""
     actor, critic = build_networks(spec, obs_dims, num_actions)
-    ppo = PPO(actor, critic, spec.ppo, env_groups=env_groups if spec.ppo.balance_groups else None)
+    ppo = PPO(actor, critic, spec.ppo, env_groups=env_groups if spec.ppo.balance_groups else None, rl_envs=rl_envs)
     amp = None
     if spec.amp is not None:
         width = term_width(obs_dims, parse_refs([spec.amp.features]))

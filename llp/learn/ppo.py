@@ -35,13 +35,21 @@ from llp.learn.storage import Rollout
 class PPO:
     """The learner: owns actor, critic and optimiser; ``update(rollout)`` does one iteration's learning."""
 
-    def __init__(self, actor: Actor, critic: Critic | None, cfg: PPOConfig, env_groups: torch.Tensor | None = None):
+    def __init__(
+        self,
+        actor: Actor,
+        critic: Critic | None,
+        cfg: PPOConfig,
+        env_groups: torch.Tensor | None = None,
+        rl_envs: torch.Tensor | None = None,
+    ):
         self.actor, self.critic, self.cfg = actor, critic, cfg
         params = list(actor.parameters()) + (list(critic.parameters()) if critic is not None else [])
         self.optimizer = torch.optim.Adam(params, lr=cfg.learning_rate)
         self._parameters = params
         self.learning_rate = cfg.learning_rate
         self.env_groups = env_groups  # [N] expert group of each env (DAgger weights)
+        self.rl_envs = rl_envs  # [N] bool: the envs PPO's loss covers (None: all; the others learn from labels)
         self._stacked: torch.Tensor | None = None
         self.weights = torch.tensor(cfg.advantage_weights, dtype=torch.float32)
         if critic is not None and critic.cfg.num_heads != len(cfg.advantage_weights):
@@ -172,7 +180,7 @@ class PPO:
             self.cfg.gamma,
             self.cfg.lam,
         )
-        return combine_advantages(adv, self.weights), returns
+        return combine_advantages(adv, self.weights, mask=self.rl_envs), returns
 
     def _losses(self, ro, ev, t, e, advantages, returns, groups) -> dict[str, torch.Tensor]:
         cfg = self.cfg
@@ -181,27 +189,31 @@ class PPO:
         out: dict[str, torch.Tensor] = {}
         loss = torch.zeros(())
         if cfg.rl_coef > 0:
+            # the mean over the samples PPO covers (every sample, or the envs of the groups that learn by RL)
+            m = None if self.rl_envs is None else self.rl_envs[e].to(mean.dtype)
+
+            def average(x):
+                return x.mean() if m is None else (x * m).sum() / m.sum().clamp_min(1.0)
+
             log_prob = dist.log_prob(ro.actions[t, e])
             entropy = dist.entropy.mean()
             old_mean, old_std = ro.means[t, e], ro.stds[t, e]
             with torch.no_grad():
-                kl = (
+                kl = average(
                     torch.distributions.kl_divergence(
                         torch.distributions.Normal(old_mean, old_std), torch.distributions.Normal(mean, dist.std)
-                    )
-                    .sum(-1)
-                    .mean()
+                    ).sum(-1)
                 )
                 self._adapt_lr(distributed.mean(float(kl)))
             ratio = torch.exp(log_prob - ro.log_probs[t, e])
             adv = advantages[t, e]
-            surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
+            surrogate = average(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)))
             loss = loss + cfg.rl_coef * (surrogate - cfg.entropy_coef * entropy)
             out.update(
                 surrogate=surrogate.detach(),
                 entropy=entropy.detach(),
                 kl=kl,
-                ratio_deviation=(ratio - 1).abs().mean().detach(),
+                ratio_deviation=average((ratio - 1).abs()).detach(),
             )
         if self.critic is not None:
             # in a pure-DAgger stage (rl_coef 0) a critic still learns the student's returns: RL fine-tuning

@@ -62,6 +62,7 @@ class EnvGroup:
     name: str
     env: EnvConfig | TrackingEnvConfig
     teachers: list[TeacherSpec] = field(default_factory=list)
+    rl: bool = True  # PPO's loss (rl_coef > 0) covers this group's envs; False: its experts' labels alone
 
 
 @dataclass
@@ -76,6 +77,7 @@ class TrainSpec:
     teachers: list[TeacherSpec] = field(default_factory=list)
     amp: AMPSpec | None = None
     groups: list[EnvGroup] = field(default_factory=list)  # several envs, one per simulator actor (env: the first's)
+    group: tuple[int, int] | None = None  # (index, count): the group a simulator actor hosts (set by for_actor)
 
     def for_actor(self, index: int, actors: int) -> TrainSpec:
         """What simulator actor ``index`` of ``actors`` hosts: group ``index mod len(groups)``'s env and experts
@@ -84,14 +86,24 @@ class TrainSpec:
             return self
         from dataclasses import replace
 
-        group = self.groups[index % len(self.groups)]
-        return replace(self, env=group.env, teachers=list(group.teachers), groups=[])
+        k = index % len(self.groups)
+        group = self.groups[k]
+        return replace(self, env=group.env, teachers=list(group.teachers), groups=[], group=(k, len(self.groups)))
 
     def group_of(self, index: int) -> int | None:
         """The group index of simulator actor ``index`` (None without groups)."""
         return index % len(self.groups) if self.groups else None
 
+    def rl_envs(self, envs_per_actor: int, actors: int):
+        """[N] bool over the envs of ``actors`` simulator actors: which PPO's loss covers (None: all of them)."""
+        if not self.groups or all(g.rl for g in self.groups):
+            return None
+        return torch.tensor([self.groups[self.group_of(k)].rl for k in range(actors) for _ in range(envs_per_actor)])
+
     def __post_init__(self) -> None:
+        label = [r for r in self.actor.obs if r.startswith("group/")]
+        if label:
+            raise ValueError(f"the actor reads {label}: only a critic may know an env's group")
         if self.groups:
             names = [g.name for g in self.groups]
             if len(set(names)) != len(names):
@@ -101,6 +113,8 @@ class TrainSpec:
             if self.amp is not None:
                 raise ValueError("env groups with an AMP prior are not supported yet")
             self.env = self.groups[0].env
+            if self.ppo.rl_coef > 0 and not any(g.rl for g in self.groups):
+                raise ValueError("rl_coef > 0 but no env group learns by RL (EnvGroup.rl)")
             for k in range(len(self.groups)):
                 self.for_actor(k, len(self.groups))  # each group's env and teachers pass the single-env checks
             return
