@@ -53,12 +53,21 @@ class HoldsLearner:
 class LearnerWorker(HoldsLearner):
     """The stage's ``Learner`` on rollouts gathered by its simulator actors (joined along the env axis)."""
 
-    def __init__(self, spec: TrainSpec, spaces: dict, num_sims: int, threads: int = 1, env_groups=None, rl_envs=None):
+    def __init__(
+        self,
+        spec: TrainSpec,
+        spaces: dict,
+        num_sims: int,
+        threads: int = 1,
+        env_groups=None,
+        rl_envs=None,
+        amp_envs=None,
+    ):
         torch.set_num_threads(threads)
         torch.manual_seed(spec.seed)  # data-parallel learners start from the same networks
         # the expert group of every env it will see: by tile type, or (env groups) by the simulator's group
         groups = env_groups if env_groups is not None else teacher_groups(spec, np.tile(spaces["columns"], num_sims))
-        self.learner = build_learner(spec, spaces["obs_dims"], spaces["num_actions"], groups, rl_envs)
+        self.learner = build_learner(spec, spaces["obs_dims"], spaces["num_actions"], groups, rl_envs, amp_envs)
 
     def rendezvous(self) -> str:
         """Rank 0's ``tcp://HOST:PORT`` for the learners' process group (a free port on this node)."""

@@ -54,14 +54,20 @@ class TrainingPool:
         n_sims = resources.sim_actors
         self.sims = [sim_cls.remote(spec.for_actor(k, n_sims), k, resources.sim_threads) for k in range(n_sims)]
         self.spaces = ray.get(self.sims[0].spaces.remote())
-        env_groups = None
+        env_groups, learner_spaces = None, self.spaces
         if spec.groups:  # every group's student sees the same widths; the learner weighs groups by env
             per_group = ray.get([self.sims[g].spaces.remote() for g in range(len(spec.groups))])
             _check_same_student_obs(spec, per_group)
             import torch
 
             env_groups = torch.cat([torch.full((self.spaces["num_envs"],), spec.group_of(k)) for k in range(n_sims)])
+            dims: dict = {}  # every term some group gives (the AMP features come from the AMP groups)
+            for s in per_group:
+                for g, terms in s["obs_dims"].items():
+                    dims.setdefault(g, {}).update(terms)
+            learner_spaces = {**self.spaces, "obs_dims": dims}
         rl_envs = spec.rl_envs(self.spaces["num_envs"], n_sims)
+        amp_envs = spec.amp_envs(self.spaces["num_envs"], n_sims)
         self._where = ray.get([s.where.remote() for s in self.sims])
         self.replacements = 0
         learner_cls = ray.remote(LearnerWorker).options(
@@ -75,7 +81,9 @@ class TrainingPool:
             )
         # data-parallel learners: each takes the rollouts of len(sims) / n simulator actors
         self.learners = [
-            learner_cls.remote(spec, self.spaces, len(self.sims) // n, resources.learner_threads, env_groups, rl_envs)
+            learner_cls.remote(
+                spec, learner_spaces, len(self.sims) // n, resources.learner_threads, env_groups, rl_envs, amp_envs
+            )
             for _ in range(n)
         ]
         self.learner = self.learners[0]  # rank 0: its weights go to the simulators, its state to checkpoints

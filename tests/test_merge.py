@@ -321,3 +321,89 @@ def test_ppo_covers_only_the_envs_of_the_groups_that_learn_by_rl():
     both = replace(spec, ppo=PPOConfig(num_steps=4, rl_coef=1.0, dagger_coef=1.0),
                    groups=[spec.groups[0], replace(spec.groups[1], rl=False)])  # fmt: skip
     assert both.rl_envs(2, 4).tolist() == [True, True, False, False, True, True, False, False]
+
+
+def test_rollouts_of_groups_with_and_without_labels_or_amp_features_join_with_zeros_for_the_missing():
+    from llp.learn.storage import Rollout
+
+    def part(n, labelled, amp):
+        T, A, F = 3, 2, 4
+        z = torch.zeros
+        return Rollout(actor_obs=z(T, n, 5), critic_obs=z(T, n, 5), actions=z(T, n, A), log_probs=z(T, n),
+                       means=z(T, n, A), stds=torch.ones(T, n, A), values=z(T, n, 1), rewards=z(T, n, 1),
+                       terminated=z(T, n, dtype=torch.bool), truncated=z(T, n, dtype=torch.bool),
+                       final_values=z(T, n, 1), last_values=z(n, 1),
+                       teacher_actions=torch.ones(T, n, A) if labelled else None,
+                       labelled=torch.ones(n, dtype=torch.bool) if labelled else None,
+                       amp_obs=torch.ones(T, n, F) if amp else None, amp_phase=torch.ones(T, n) if amp else None,
+                       extras={"amp_next": torch.ones(T, n, F)} if amp else {})  # fmt: skip
+
+    joined = Rollout.concat_envs([part(2, True, False), part(3, False, True)])
+    assert joined.labelled.tolist() == [True, True, False, False, False]
+    assert joined.teacher_actions[:, :2].eq(1).all() and joined.teacher_actions[:, 2:].eq(0).all()
+    assert joined.amp_obs.shape == (3, 5, 4) and joined.amp_obs[:, :2].eq(0).all() and joined.amp_obs[:, 2:].eq(1).all()
+    assert joined.extras["amp_next"].shape == (3, 5, 4) and joined.amp_phase[:, :2].eq(0).all()
+
+
+def test_an_amp_prior_on_one_group_rewards_and_judges_that_group_s_envs_only():
+    from llp.learn.amp import AMP
+    from llp.learn.configs import AMPConfig
+    from llp.learn.storage import Rollout
+
+    T, N, F = 4, 6, 3
+    gen = torch.Generator().manual_seed(0)
+    covered = torch.tensor([False, False, True, True, True, False])
+    refs = [torch.randn(64, 2 * F, generator=gen) for _ in range(2)]
+    amp = AMP(AMPConfig(hidden_dims=[8], triggers=[0.0]), F, refs, dt=0.02, envs=covered)
+    z = torch.zeros
+    ro = Rollout(actor_obs=z(T, N, 1), critic_obs=z(T, N, 1), actions=z(T, N, 1), log_probs=z(T, N), means=z(T, N, 1),
+                 stds=torch.ones(T, N, 1), values=z(T, N, 1), rewards=z(T, N, 1),
+                 terminated=z(T, N, dtype=torch.bool), truncated=z(T, N, dtype=torch.bool), final_values=z(T, N, 1),
+                 last_values=z(N, 1), amp_obs=torch.randn(T, N, F, generator=gen),
+                 amp_phase=torch.linspace(-1, 1, T)[:, None].expand(T, N).contiguous(),
+                 extras={"amp_next": torch.randn(T, N, F, generator=gen)})  # fmt: skip
+    extra = amp.extra_rewards(ro, 1)[..., 0]
+    assert extra[:, ~covered].abs().max() == 0 and extra[:, covered].abs().min() > 0
+    seen = [int(d.normalizer.count) for d in amp.discriminators]
+    amp.update(ro)
+    added = sum(int(d.normalizer.count) - s for d, s in zip(amp.discriminators, seen))
+    assert added == T * int(covered.sum())  # the policy's samples: the covered envs' transitions alone
+
+
+def test_a_pool_trains_expert_groups_by_dagger_beside_an_rl_group_with_an_amp_prior(ray_local):
+    """The transition stage's layout, small: a walking group labelled by its expert (no PPO there) beside a
+    course group with no expert, learning by PPO with an AMP prior; the critic reads the group's one-hot."""
+    from dataclasses import replace
+
+    from llp.actors.pool import TrainingPool
+    from llp.config.files import env_config
+    from llp.config.resources import ResourcesConfig
+    from llp.learn.configs import AMPConfig, CriticConfig
+    from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec
+
+    spec, _ = _spec()
+    small = {"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}
+    obs = {"policy": ["proprio", "command", "height_scan"], "critic": ["proprio"], "amp": ["amp_features", "progress"]}
+    course = env_config(overrides={**small, "observations": obs})
+    _, walker = _expert(1, "models:/walker/1")
+    width = 10 + 2 * 21
+    gen = torch.Generator().manual_seed(3)
+    prior = AMPSpec(AMPConfig(hidden_dims=[16], triggers=[0.0]), [torch.randn(64, 2 * width, generator=gen)] * 2)
+    groups = [
+        EnvGroup("walk", spec.groups[0].env, [TeacherSpec(walker)], rl=False),
+        EnvGroup("course", course, rl=True, amp=True),
+    ]
+    spec = replace(spec, groups=groups, amp=prior, critic=CriticConfig(obs=["critic/proprio", "group/onehot"],
+                   hidden_dims=[8]), ppo=PPOConfig(num_steps=4, num_epochs=1, num_minibatches=1, rl_coef=1.0,
+                                                   dagger_coef=1.0))  # fmt: skip
+    pool = TrainingPool(ResourcesConfig(sim_actors=2, sim_actor_cpus=0.5), spec)
+    try:
+        metrics = pool.iteration()
+    finally:
+        pool.close()
+    assert metrics["loss/dagger"] > 0 and "loss/surrogate" in metrics and metrics["amp/advantage_change"] > 0
+    assert "group/walk/dagger/label_error" in metrics and "group/course/dagger/label_error" not in metrics
+    with pytest.raises(ValueError, match="needs a group that learns by RL"):
+        replace(spec, groups=[groups[0], replace(groups[1], rl=False)])
+    with pytest.raises(ValueError, match="an AMP prior needs an env group it covers"):
+        replace(spec, groups=[groups[0], replace(groups[1], amp=False)])

@@ -67,13 +67,21 @@ def phase_weights(progress: torch.Tensor, triggers: list[float], hand_off: str, 
 class AMP:
     """Discriminators (one per phase), style rewards and discriminator training."""
 
-    def __init__(self, cfg: AMPConfig, feature_dim: int, references: list[torch.Tensor], dt: float):
-        """``references``: one tensor of reference transitions [M, 2F] per phase."""
+    def __init__(
+        self,
+        cfg: AMPConfig,
+        feature_dim: int,
+        references: list[torch.Tensor],
+        dt: float,
+        envs: torch.Tensor | None = None,
+    ):
+        """``references``: one tensor of reference transitions [M, 2F] per phase; ``envs`` [N] bool: the envs it
+        rewards and judges (None: all; the others' features are ignored)."""
         if len(references) != len(cfg.triggers) + 1:
             raise ValueError(
                 f"{len(cfg.triggers)} triggers need {len(cfg.triggers) + 1} reference sets, got {len(references)}"
             )
-        self.cfg, self.dt = cfg, dt
+        self.cfg, self.dt, self.envs = cfg, dt, envs
         self.references = references
         self.discriminators = nn.ModuleList([Discriminator(feature_dim, cfg.hidden_dims) for _ in references])
         self.optimizer = torch.optim.Adam(self.discriminators.parameters(), lr=cfg.learning_rate)
@@ -96,15 +104,19 @@ class AMP:
     def extra_rewards(self, rollout, num_groups: int) -> torch.Tensor:
         """[T, N, H] rewards to add before GAE: style_coef * dt * style in the configured reward group."""
         style = self.style_reward(rollout.amp_obs, rollout.extras["amp_next"], rollout.amp_phase)
+        if self.envs is not None:
+            style = style * self.envs[None, :].to(style.dtype)
         extra = torch.zeros(*style.shape, num_groups)
         extra[..., self.cfg.reward_group] = self.cfg.style_coef * self.dt * style
         return extra
 
     def update(self, rollout) -> dict[str, float]:
         """Train each phase's discriminator: reference transitions vs. the policy's, for its phase."""
-        obs, nxt = rollout.amp_obs, rollout.extras["amp_next"]
+        obs, nxt, progress = rollout.amp_obs, rollout.extras["amp_next"], rollout.amp_phase
+        if self.envs is not None:  # the policy's transitions in the envs it covers only
+            obs, nxt, progress = obs[:, self.envs], nxt[:, self.envs], progress[:, self.envs]
         policy = torch.cat([obs, nxt], dim=-1).reshape(-1, 2 * obs.shape[-1])
-        w = phase_weights(rollout.amp_phase, self.cfg.triggers, self.cfg.hand_off, self.cfg.smooth_width)
+        w = phase_weights(progress, self.cfg.triggers, self.cfg.hand_off, self.cfg.smooth_width)
         phase = w.reshape(-1, w.shape[-1]).argmax(dim=-1)
         metrics: dict[str, float] = {}
         for k, (disc, ref) in enumerate(zip(self.discriminators, self.references)):

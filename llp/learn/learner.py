@@ -117,9 +117,9 @@ class Learner:
                 with_style, _ = self.ppo.advantages(rollout, extra)
                 without, _ = self.ppo.advantages(rollout, None)
             metrics["amp/advantage_change"] = float((with_style - without).abs().mean())
-            metrics["amp/style_reward"] = float(
-                extra[..., self.amp.cfg.reward_group].mean() / (self.amp.cfg.style_coef * self.amp.dt)
-            )
+            style = extra[..., self.amp.cfg.reward_group]
+            style = style if self.amp.envs is None else style[:, self.amp.envs]  # the envs it covers
+            metrics["amp/style_reward"] = float(style.mean() / (self.amp.cfg.style_coef * self.amp.dt))
         metrics.update(self.ppo.update(rollout, extra_rewards=extra))
         if self.amp is not None:
             metrics.update(self.amp.update(rollout))
@@ -151,16 +151,17 @@ def build_learner(
     num_actions: int,
     env_groups: torch.Tensor | None,
     rl_envs: torch.Tensor | None = None,
+    amp_envs: torch.Tensor | None = None,
 ) -> Learner:
     """The learner for ``spec`` on envs with observation widths ``obs_dims``; ``env_groups`` [N] is the teacher
     group of every env the learner will see (for balanced DAgger weights), ``rl_envs`` [N] the envs PPO's loss
-    covers (None: all)."""
+    covers and ``amp_envs`` [N] those the AMP prior covers (None: all)."""
     actor, critic = build_networks(spec, obs_dims, num_actions)
     ppo = PPO(actor, critic, spec.ppo, env_groups=env_groups if spec.ppo.balance_groups else None, rl_envs=rl_envs)
     amp = None
     if spec.amp is not None:
         width = term_width(obs_dims, parse_refs([spec.amp.features]))
-        amp = AMP(spec.amp.cfg, width, spec.amp.references, dt=spec.env.policy_dt)
+        amp = AMP(spec.amp.cfg, width, spec.amp.references, dt=spec.env.policy_dt, envs=amp_envs)
     return Learner(ppo, amp)
 
 

@@ -63,6 +63,7 @@ class EnvGroup:
     env: EnvConfig | TrackingEnvConfig
     teachers: list[TeacherSpec] = field(default_factory=list)
     rl: bool = True  # PPO's loss (rl_coef > 0) covers this group's envs; False: its experts' labels alone
+    amp: bool = False  # the AMP prior (TrainSpec.amp) rewards and judges this group's envs (an RL group's)
 
 
 @dataclass
@@ -88,7 +89,8 @@ class TrainSpec:
 
         k = index % len(self.groups)
         group = self.groups[k]
-        return replace(self, env=group.env, teachers=list(group.teachers), groups=[], group=(k, len(self.groups)))
+        return replace(self, env=group.env, teachers=list(group.teachers), amp=self.amp if group.amp else None,
+                       groups=[], group=(k, len(self.groups)))  # fmt: skip
 
     def group_of(self, index: int) -> int | None:
         """The group index of simulator actor ``index`` (None without groups)."""
@@ -96,9 +98,17 @@ class TrainSpec:
 
     def rl_envs(self, envs_per_actor: int, actors: int):
         """[N] bool over the envs of ``actors`` simulator actors: which PPO's loss covers (None: all of them)."""
-        if not self.groups or all(g.rl for g in self.groups):
+        return self._per_env("rl", envs_per_actor, actors)
+
+    def amp_envs(self, envs_per_actor: int, actors: int):
+        """[N] bool over the envs of ``actors`` simulator actors: which the AMP prior covers (None: all of them)."""
+        return self._per_env("amp", envs_per_actor, actors) if self.amp is not None else None
+
+    def _per_env(self, flag: str, envs_per_actor: int, actors: int):
+        if not self.groups or all(getattr(g, flag) for g in self.groups):
             return None
-        return torch.tensor([self.groups[self.group_of(k)].rl for k in range(actors) for _ in range(envs_per_actor)])
+        per_actor = [getattr(self.groups[self.group_of(k)], flag) for k in range(actors)]
+        return torch.tensor([on for on in per_actor for _ in range(envs_per_actor)])
 
     def __post_init__(self) -> None:
         label = [r for r in self.actor.obs if r.startswith("group/")]
@@ -110,11 +120,16 @@ class TrainSpec:
                 raise ValueError(f"env groups need distinct names, got {names}")
             if self.teachers:
                 raise ValueError("with env groups, each group names its own teachers (TrainSpec.teachers stays empty)")
-            if self.amp is not None:
-                raise ValueError("env groups with an AMP prior are not supported yet")
+            if (self.amp is not None) != any(g.amp for g in self.groups):
+                raise ValueError("an AMP prior needs an env group it covers (EnvGroup.amp), and such a group a prior")
+            not_rl = [g.name for g in self.groups if g.amp and not g.rl]
+            if not_rl:
+                raise ValueError(f"env groups {not_rl}: the AMP prior's style reward needs a group that learns by RL")
             self.env = self.groups[0].env
             if self.ppo.rl_coef > 0 and not any(g.rl for g in self.groups):
                 raise ValueError("rl_coef > 0 but no env group learns by RL (EnvGroup.rl)")
+            if self.ppo.dagger_coef > 0 and not any(g.teachers for g in self.groups):
+                raise ValueError("dagger_coef > 0 needs at least one env group with a teacher")
             for k in range(len(self.groups)):
                 self.for_actor(k, len(self.groups))  # each group's env and teachers pass the single-env checks
             return
@@ -125,7 +140,7 @@ class TrainSpec:
             )
         if self.critic is not None and self.critic.num_heads != heads:
             raise ValueError(f"{heads} reward group(s) need a critic with {heads} value heads")
-        if self.ppo.dagger_coef > 0 and not self.teachers:
+        if self.ppo.dagger_coef > 0 and not self.teachers and self.group is None:  # a group may have none
             raise ValueError("dagger_coef > 0 needs at least one teacher")
         known = set(self.env.terrain.tile_types) if hasattr(self.env, "terrain") else set()
         for t in self.teachers:

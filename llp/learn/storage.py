@@ -81,19 +81,29 @@ class Rollout:
 
     @staticmethod
     def concat_envs(parts: list[Rollout]) -> Rollout:
-        """Join rollouts of several simulators along the env axis."""
-        first = parts[0]
+        """Join rollouts of several simulators along the env axis. A field some parts lack (another env group's:
+        labels where no teacher is, AMP features where no prior is) is zeros (False) for their envs."""
         out = {}
-        for k, v in first.__dict__.items():
-            if isinstance(v, torch.Tensor):
-                axis = 1
-                if k in ("last_values", "labelled"):
-                    axis = 0
-                elif k == "hidden":
-                    axis = 2
-                out[k] = torch.cat([getattr(p, k) for p in parts], dim=axis)
-            elif k == "extras":  # per-step extras (AMP's next-state features), [T, N, ...]
-                out[k] = {name: torch.cat([p.extras[name] for p in parts], dim=1) for name in v}
+        for k, v in parts[0].__dict__.items():
+            if k == "extras":  # per-step extras (AMP's next-state features), [T, N, ...]
+                names = {name for p in parts for name in p.extras}
+                out[k] = {name: _joined([p.extras.get(name) for p in parts], parts, 1) for name in names}
+            elif isinstance(v, torch.Tensor) or any(isinstance(getattr(p, k), torch.Tensor) for p in parts):
+                axis = 0 if k in ("last_values", "labelled") else 2 if k == "hidden" else 1
+                out[k] = _joined([getattr(p, k) for p in parts], parts, axis)
             else:
                 out[k] = v
         return Rollout(**out)
+
+
+def _joined(tensors: list, parts: list[Rollout], axis: int) -> torch.Tensor:
+    """``tensors`` (one per part, None where a part lacks it) joined along ``axis``, zeros for the missing."""
+    like = next(t for t in tensors if t is not None)
+    filled = []
+    for t, part in zip(tensors, parts):
+        if t is None:
+            shape = list(like.shape)
+            shape[axis] = part.num_envs
+            t = torch.zeros(shape, dtype=like.dtype)
+        filled.append(t)
+    return torch.cat(filled, dim=axis)
