@@ -214,7 +214,7 @@ def run_pipeline(
             for input_name, source in spec.inputs(typed).items():
                 upstream, output = input_source(input_name, source)  # an upstream stage's output
                 inputs[input_name] = outputs.get(upstream, {}).get(output) or _resolve_upstream(
-                    upstream, output, run_id, ledger, stream
+                    upstream, output, run_id, ledger, stream, input_name
                 )
             input_versions = {
                 k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
@@ -289,7 +289,7 @@ def ray_logs_location(log_dir: Path) -> str:
     return f"{shown} (session_latest/logs)"
 
 
-def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stream) -> str:
+def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stream, input_name: str = "") -> str:
     """An input whose stage is not part of this invocation, in order of authority:
 
     1. the version this run's ledger recorded for that stage (it must still exist: never a silent substitute);
@@ -301,11 +301,12 @@ def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stre
     from llp.stages.registry import STAGES
 
     name = STAGES[stage].outputs[output]
+    what = repr(output) if input_name in ("", output) else f"{input_name!r} ({stage}'s {output!r})"
     recorded = ledger.data.get("stages", {}).get(stage, {}).get("outputs", {}).get(output)
     if recorded:
         if not _outputs_exist({output: recorded}):
             raise ValueError(
-                f"input {output!r} of this run is {recorded} (recorded by its stage {stage!r}), but the registry "
+                f"input {what} of this run is {recorded} (recorded by its stage {stage!r}), but the registry "
                 f"no longer has that version: re-create it with `llp resume {run_id} --force {stage}`"
             )
         return recorded
@@ -318,7 +319,7 @@ def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stre
     if not versions:
         raise ValueError(f"stage input {name} does not exist yet: run stage {stage!r} first")
     uri = f"models:/{name}/{versions[0].version}"
-    print(f"[llp] input {output!r}: {uri}, the newest version (run {run_id} has not run {stage!r})", file=stream)
+    print(f"[llp] input {what}: {uri}, the newest version (run {run_id} has not run {stage!r})", file=stream)
     return uri
 
 

@@ -262,3 +262,31 @@ def test_the_gait_clock_advances_at_the_stride_frequency_with_the_feet_half_a_cy
     assert np.allclose(phase[:, 0], 2 * np.pi * 10 / 40) and np.allclose(phase[:, 1], np.pi + 2 * np.pi * 10 / 40)
     clock = result.obs["policy"]["gait_clock"].numpy()  # [cos L, cos R, sin L, sin R]
     assert np.allclose(clock, np.concatenate([np.cos(phase), np.sin(phase)], axis=1), atol=1e-5)
+
+
+def test_goal_terms_reward_the_step_that_reaches_the_goal_and_the_speed_towards_it():
+    s = TaskState(dt=0.02, goal_reached=np.array([True, False, False]), goal_approach=np.array([0.01, -0.004, 0.5]))
+    assert R.goal_reached(s).tolist() == [1.0, 0.0, 0.0]
+    np.testing.assert_allclose(R.goal_approach(s), [0.5, -0.2, 1.0])  # m/s, the last clipped at 1 m/s
+
+
+def test_env_measures_goal_approach_as_the_distance_gained_each_step_and_nothing_off_goal_tiles():
+    import torch
+
+    from llp.config.files import env_config
+    from llp.sim.env import ParkourEnv
+
+    terrain = {"num_levels": 1, "tile_length": 6.0, "tile_width": 6.0, "border": 1.0, "tile_types": ["climb", "flat"]}
+    rewards = {"goal_approach": {"weight": 1.0}, "goal_reached": {"weight": 10.0}}
+    env = ParkourEnv(env_config(overrides={"terrain": terrain, "rewards": rewards}), 6, seed=1)
+    env.reset()
+    on_goal = env.tile_has_goal[env.tile_ids]
+    assert on_goal.any() and not on_goal.all()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        before = env.goal_distance.copy()
+        env.step(0.3 * torch.randn(6, env.num_actions, generator=gen))
+        s = env.state()
+        now = np.linalg.norm(env.tile_goal[env.tile_ids] - env.qpos[:, 0:2], axis=1)
+        np.testing.assert_allclose(s.goal_approach[on_goal], (before - now)[on_goal], atol=1e-9)
+        assert (s.goal_approach[~on_goal] == 0).all() and not s.goal_reached.any()

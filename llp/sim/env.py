@@ -149,6 +149,7 @@ class ParkourEnv:
         self.added_mass = np.zeros(n)
         self.motor_strength = np.ones(n)
         self.goal_reached = np.zeros(n, dtype=bool)
+        self.goal_distance = np.full(n, np.nan)  # to the tile's goal after the last step (NaN: no goal)
         self.gait_freq = np.full(n, cfg.gait.frequency[0])  # stride frequency, Hz, drawn per episode
         self.commanded_disp = np.zeros((n, 2))  # world-frame integral of the commanded velocity this episode
         # each env simulates its own model: its tile's terrain, plus its randomised physics when randomisation
@@ -223,6 +224,7 @@ class ParkourEnv:
         self.episode_return[ids] = 0.0
         self.episode_terms[ids] = 0.0
         self.goal_reached[ids] = False
+        self.goal_distance[ids] = np.linalg.norm(self.tile_goal[self.tile_ids[ids]] - self.qpos[ids, 0:2], axis=1)
         self.commanded_disp[ids] = 0.0
         self.command_timer[ids] = 0.0
         self.push_timer[ids] = 0.0
@@ -478,6 +480,9 @@ class ParkourEnv:
         left_tile = (np.abs(xy - self.tile_origin[self.tile_ids]) > half).any(axis=1)
         goal_dist = np.linalg.norm(self.tile_goal[self.tile_ids] - xy, axis=1)
         success = self.tile_has_goal[self.tile_ids] & (np.where(np.isnan(goal_dist), np.inf, goal_dist) < t.goal_radius)
+        s.goal_reached = success & ~self.goal_reached
+        s.goal_approach = np.nan_to_num(self.goal_distance - goal_dist)
+        self.goal_distance[:] = goal_dist
         self.goal_reached |= success
         terminated = fell
         truncated = ~fell & (time_out | left_tile | success)

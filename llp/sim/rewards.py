@@ -105,6 +105,16 @@ def alive(s: TaskState) -> np.ndarray:
     return np.ones(s.projected_gravity.shape[0])
 
 
+def goal_reached(s: TaskState) -> np.ndarray:
+    """1 on the step an env reaches its tile's goal (LLP's transition stage: goal reached)."""
+    return s.goal_reached.astype(np.float64)
+
+
+def goal_approach(s: TaskState, max_speed: float = 1.0) -> np.ndarray:
+    """Speed towards the tile's goal this step, m/s, clipped to [-max_speed, max_speed] (LLP: goal approach)."""
+    return np.clip(s.goal_approach / s.dt, -max_speed, max_speed)
+
+
 def termination(s: TaskState) -> np.ndarray:
     """1 on the step the robot falls (the episode terminates), else 0."""
     return s.terminated.astype(np.float64)
@@ -238,6 +248,8 @@ REWARD_TERMS: dict[str, TermSpec] = {
     # shaping terms (the `locomotion` task's set; the paper's table is `locomotion_paper`)
     "alive": TermSpec("reward", _stateless(alive)),
     "termination": TermSpec("penalty", _stateless(termination)),
+    "goal_reached": TermSpec("reward", _stateless(goal_reached)),
+    "goal_approach": TermSpec("reward", _stateless(goal_approach)),
     "flat_orientation": TermSpec("penalty", _stateless(flat_orientation)),
     "lin_vel_z": TermSpec("penalty", _stateless(lin_vel_z)),
     "ang_vel_xy": TermSpec("penalty", _stateless(ang_vel_xy)),

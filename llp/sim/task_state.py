@@ -41,3 +41,5 @@ class TaskState:
     base_height: np.ndarray | None = None  # [N] base height above the ground under it, metres
     terminated: np.ndarray | None = None  # [N] bool: this step ends the episode in a fall
     gait_phase: np.ndarray | None = None  # [N, 2] each foot's gait-clock phase in [0, 2 pi); swing in [0, pi)
+    goal_reached: np.ndarray | None = None  # [N] bool: this step reaches the tile's goal (goal tiles only)
+    goal_approach: np.ndarray | None = None  # [N] metres closer to the goal than a step before (0 without a goal)
