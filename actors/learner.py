@@ -41,6 +41,14 @@ class HoldsLearner:
     def actor_state(self) -> dict:
         return self.learner.actor.state_dict()
 
+    def load_actor(self, state: dict) -> list[str]:
+        """Start from another policy's actor weights (its network and normaliser; the action noise stays this
+        learner's); returns the parameters it did not give."""
+        missing, unexpected = self.learner.actor.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ValueError(f"the policy has parameters this actor does not: {unexpected}")
+        return list(missing)
+
     def set_rule(self, ppo, fresh_learning_rate: bool) -> None:
         """Go on under another learning rule (a stage's next phase) with the same networks and optimiser."""
         self.learner.ppo.set_rule(ppo, fresh_learning_rate)

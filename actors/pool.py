@@ -171,6 +171,14 @@ class TrainingPool:
     def actor_state(self) -> dict:
         return ray.get(self._holder().actor_state.remote())
 
+    def load_actor(self, state: dict) -> list[str]:
+        """Every learner's actor starts from ``state`` (a registered policy's network); returns what it lacked."""
+        holders = [self.colocated] if self.mode == "colocated" else self.learners
+        missing = ray.get([h.load_actor.remote(state) for h in holders])[0]
+        if self.mode != "colocated":
+            self._weights = self.learner.weights.remote()
+        return missing
+
     def set_rule(self, ppo, fresh_learning_rate: bool = True) -> None:
         """Every learner goes on under the learning rule ``ppo`` (same rollout length: the simulators keep
         theirs), from the networks and optimiser it has."""

@@ -181,7 +181,7 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     ctx.init_ray()
     spec = TrainSpec(env=loco_env, envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor, critic=None,
                      ppo=cfg.ppo, groups=groups)  # fmt: skip
-    pool = TrainingPool(ctx.resources, spec)
+    pool = TrainingPool(ctx.resources.for_groups(len(groups)), spec)
     keys = ["loss/dagger"] + [f"group/{g.name}/episode/{k}" for g in groups for k in ("length", "success_rate")]
     try:
         start, history = ctx.restore_checkpoint(pool)
@@ -200,9 +200,10 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     panels = [("loss/dagger", "DAgger loss (all groups)")]
     panels += [(f"group/{g.name}/episode/length", f"{g.name}: mean episode length (steps)") for g in groups]
     ctx.log_learning_curve(history, panels)
-    table = {"locomotion": _evaluate_locomotion(ctx, cfg, teacher.uri, uri)}
+    policies = {"locomotion teacher": teacher.uri, "merged student": uri, "stand still": None}
+    table = {"locomotion": evaluate_locomotion(ctx, cfg.evaluation, policies)}
     for skill, (expert, env_cfg) in skill_groups.items():
-        table[skill] = _evaluate_skill(ctx, cfg, skill, expert, env_cfg, uri)
+        table[skill] = evaluate_skill(ctx, cfg.skill_trials, skill, expert, env_cfg, {"merged student": uri})
     ctx.log_json(table, "evaluation/merge.json")
     return {"policy": uri}
 
@@ -228,56 +229,56 @@ def _register(ctx, pool, env_cfg) -> str:
     return ctx.register_policy("policy", module, spec.to_dict(), example_input(spec))
 
 
-def _evaluate_locomotion(ctx, cfg: MergeConfig, teacher_uri: str, student_uri: str) -> dict:
-    """The evaluation protocol (as ``llp evaluate``) for the teacher, the student and standing still, on the
-    same fresh trials; metrics eval/locomotion/<who>/..."""
+def evaluate_locomotion(ctx, protocol: EvaluateConfig, policies: dict, group: str = "locomotion") -> dict:
+    """The evaluation protocol (as ``llp evaluate``) for each policy (a URI; None: standing still) on the same
+    fresh trials; metrics eval/<group>/<who>/..."""
     from llp.stages.evaluate import evaluate_policy
 
     rows = {}
-    for who, uri in (("locomotion teacher", teacher_uri), ("merged student", student_uri), ("stand still", None)):
-        bar = ctx.progress(1, 0, label=f"evaluate {who} (locomotion)")
+    for who, uri in policies.items():
+        bar = ctx.progress(1, 0, label=f"evaluate {who} ({group})")
         policy = None if uri is None else ctx.frozen_policy(uri)
-        report = evaluate_policy(policy, cfg.evaluation, ctx.resources, ctx.seed, bar.trials)
-        row = {k: report[k] for k in ("model", "success_rate", "fall_rate", "tracking_kernel", "trials")}
+        report = evaluate_policy(policy, protocol, ctx.resources, ctx.seed, bar.trials)
+        row = {k: report[k] for k in ("model", "success_rate", "fall_rate", "tracking_kernel", "trials", "outcomes",
+                                      "mean_progress_m")}  # fmt: skip
         row["success_by_type"] = {t: r["success_rate"] for t, r in report["by_type"].items()}
-        key = f"eval/locomotion/{who.replace(' ', '_')}"
-        metrics = {f"{key}/{k}": float(row[k]) for k in ("success_rate", "fall_rate", "tracking_kernel")}
+        key = f"eval/{group}/{who.replace(' ', '_')}"
+        metrics = {f"{key}/{k}": float(row[k]) for k in ("success_rate", "fall_rate", "tracking_kernel",
+                                                          "mean_progress_m")}  # fmt: skip
         metrics.update({f"{key}/{t}/success_rate": v for t, v in row["success_by_type"].items()})
         ctx.log_metrics(metrics, step=0)
-        print(f"[llp] {ctx.stage}: locomotion: {who}: {100 * row['success_rate']:.0f}% of {row['trials']} trials "
+        print(f"[llp] {ctx.stage}: {group}: {who}: {100 * row['success_rate']:.0f}% of {row['trials']} trials "
               f"succeed, {100 * row['fall_rate']:.0f}% fall", flush=True)  # fmt: skip
         rows[who] = row
     return rows
 
 
-def _evaluate_skill(ctx, cfg: MergeConfig, skill: str, expert, env_cfg, student_uri: str) -> dict:
-    """The skill's course from the standing start, every height: its expert (in its own proprioception), the
-    student and the default pose, on the same trials; metrics eval/<skill>/<who>/..."""
+def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict[str, str]) -> dict:
+    """The skill's course from the standing start, every height: its expert (in its own proprioception), each
+    student (name -> URI) and the default pose, on the same trials; metrics eval/<skill>/<who>/..."""
     from dataclasses import replace
 
     from llp.stages.reference_augmentation import run_trials
     from llp.stages.skill_expert import _Still
 
     own = replace(env_cfg, task=replace(env_cfg.task, proprio_layout=expert.spec["proprio_layout"]))
-    policies = {
-        f"{skill} expert": (expert.load(), own, expert.uri),
-        "merged student": (ctx.frozen_policy(student_uri).load(), env_cfg, student_uri),
-        "default pose": (None, env_cfg, "baseline:default-pose"),
-    }
+    policies = {f"{skill} expert": (expert.load(), own, expert.uri)}
+    policies.update({who: (ctx.frozen_policy(uri).load(), env_cfg, uri) for who, uri in students.items()})
+    policies["default pose"] = (None, env_cfg, "baseline:default-pose")
     rows = {}
     for who, (actor, env, model) in policies.items():
         if actor is None:
             from llp.motion.tracking_env import TrackingEnv
 
             actor = _Still(TrackingEnv(env, 1).num_actions)
-        trials = run_trials(env, actor, cfg.skill_trials, seed=ctx.seed + 104729)
-        n = len(trials)
-        row = {"model": model, "trials": n, "success_rate": sum(t["success"] for t in trials) / n,
-               "fall_rate": sum(t["fell"] for t in trials) / n}  # fmt: skip
+        records = run_trials(env, actor, trials, seed=ctx.seed + 104729)
+        n = len(records)
+        row = {"model": model, "trials": n, "success_rate": sum(t["success"] for t in records) / n,
+               "fall_rate": sum(t["fell"] for t in records) / n}  # fmt: skip
         row["success_by_reference"] = {
-            ref: sum(t["success"] for t in trials if t["reference_id"] == ref) / max(1, sum(t["reference_id"] == ref
-                                                                                         for t in trials))
-            for ref in sorted({t["reference_id"] for t in trials})
+            ref: sum(t["success"] for t in records if t["reference_id"] == ref) / max(1, sum(t["reference_id"] == ref
+                                                                                          for t in records))
+            for ref in sorted({t["reference_id"] for t in records})
         }  # fmt: skip
         key = f"eval/{skill}/{who.replace(' ', '_')}"
         ctx.log_metrics({f"{key}/success_rate": row["success_rate"], f"{key}/fall_rate": row["fall_rate"]}, step=0)

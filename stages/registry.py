@@ -15,6 +15,7 @@ from llp.stages import (
     merge,
     reference_augmentation,
     skill_expert,
+    transition,
 )
 
 
@@ -79,6 +80,22 @@ STAGES: dict[str, StageSpec] = {
         description="LLP stage 4: the multi-expert merge (one height-scan student, every joint; an env group per "
         "behaviour, each labelled online by its expert - the locomotion teacher on terrain, each skill expert on "
         "its course; DAgger alone; no group label in the actor). Evaluated per group beside the experts.",
+    ),
+    "transition": StageSpec(
+        name="transition",
+        config=transition.TransitionConfig,
+        run=transition.run,
+        inputs=lambda cfg: {
+            "student": f"{cfg.student}.policy",
+            "teacher": f"{cfg.teacher}.policy",
+            "library": "reference_augmentation",
+            **{stage: f"{stage}.policy" for stage in cfg.skills.values()},
+        },
+        outputs={"policy": "llp-transition-policy"},
+        description="LLP stage 5: transition training (from the merged student: a course group - approach, "
+        "obstacle, after it - learns by PPO with a phase-conditional AMP prior, walking before the trigger and the "
+        "skill's motions over it; the expert groups keep learning by DAgger; the critic reads the group, the actor "
+        "does not). Evaluated on the course, the terrain and the skill's course, before and after.",
     ),
     "depth_student": StageSpec(
         name="depth_student",

@@ -407,3 +407,40 @@ def test_a_pool_trains_expert_groups_by_dagger_beside_an_rl_group_with_an_amp_pr
         replace(spec, groups=[groups[0], replace(groups[1], rl=False)])
     with pytest.raises(ValueError, match="an AMP prior needs an env group it covers"):
         replace(spec, groups=[groups[0], replace(groups[1], amp=False)])
+
+
+@pytest.mark.parametrize(
+    "actors, groups, expected",
+    [(2, 2, (2, 0.9)), (2, 3, (3, 0.6)), (4, 3, (3, 1.2)), (7, 3, (6, 1.05)), (6, 3, (6, 0.9))],
+)
+def test_groups_share_the_simulator_cpus_one_or_more_actors_each(actors, groups, expected):
+    from llp.config.resources import ResourcesConfig
+
+    layout = ResourcesConfig(sim_actors=actors, sim_actor_cpus=0.9).for_groups(groups)
+    assert (layout.sim_actors, layout.sim_actor_cpus) == expected
+    assert layout.sim_actors * layout.sim_actor_cpus == pytest.approx(actors * 0.9)
+
+
+def test_a_registered_policy_s_program_gives_an_actor_its_network_and_normaliser():
+    """The transition stage starts from the merged student's registered program: a fresh actor loaded from
+    the program's weights acts as the original does (only its action noise is its own)."""
+    import io
+
+    from llp.learn.export import example_input, export_actor
+
+    dims = {"policy": {"proprio": 6, "height_scan": 5, "command": 3}}
+    torch.manual_seed(0)
+    original = Actor(ActorConfig(obs=STUDENT, num_frames=2, hidden_dims=[8]), dims, 4)
+    original.normalizer.update(torch.randn(50, 14) * 3 + 1)  # a normaliser that has seen data
+    module, spec = export_actor(original.eval(), dims)
+    buffer = io.BytesIO()
+    x = torch.from_numpy(example_input(spec))
+    torch.export.save(torch.export.export(module, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},)), buffer)
+    torch.manual_seed(1)
+    fresh = Actor(ActorConfig(obs=STUDENT, num_frames=2, hidden_dims=[8], init_std=0.3), dims, 4).eval()
+    weights = torch.export.load(io.BytesIO(buffer.getvalue())).state_dict
+    missing, unexpected = fresh.load_state_dict(weights, strict=False)
+    assert weights["normalizer.norm.count"] == 50
+    assert missing == ["distribution.std_param"] and not unexpected
+    frames = torch.randn(3, 2, 14)
+    torch.testing.assert_close(fresh.flat(frames), original.flat(frames))

@@ -36,13 +36,14 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e")
     assert book["state"] == "completed"
-    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 7
+    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 8
     assert {n: s["executions"] for n, s in book["stages"].items()} == {
         "locomotion_teacher": 1,
         "reference_augmentation": 1,
         "evaluate": 1,
         "skill_climb_step": 1,
         "merge": 1,
+        "transition": 1,
         "depth_student": 1,
         "export": 1,
     }
@@ -217,6 +218,40 @@ def test_the_merged_student_records_its_experts_reads_no_group_and_is_evaluated_
     assert len(client.get_metric_history(run.info.run_id, "loss/dagger")) == 3
 
 
+def test_the_transition_policy_starts_from_the_merge_learns_with_amp_and_reads_no_group(services, smoke_run):
+    """The transition stage's version records the merged student, teacher, library and skill expert of this run;
+    the AMP style reward changed the advantages every iteration; the actor reads no group term (the critic
+    does); and the course, the terrain and the skill's course were evaluated before and after."""
+    import mlflow
+
+    from llp.flows import tracking
+
+    book = ledger(smoke_run["root"], "e2e")
+    stages = book["stages"]
+    policy = stages["transition"]["outputs"]["policy"]
+    assert json.loads(tracking.version_tags(policy)["llp.inputs"]) == {
+        "student": stages["merge"]["outputs"]["policy"],
+        "teacher": stages["locomotion_teacher"]["outputs"]["policy"],
+        "library": stages["reference_augmentation"]["outputs"]["library"],
+        "skill_climb_step": stages["skill_climb_step"]["outputs"]["policy"],
+    }
+    spec = mlflow.models.get_model_info(policy).metadata["llp_policy_spec"]
+    assert spec["obs"] == ["policy/proprio", "policy/height_scan", "policy/command"]
+    assert spec["obs_dim"] == 69 + 187 + 3 and spec["num_actions"] == 21
+    client = mlflow_client(services)
+    run = client.get_run(stages["transition"]["mlflow_run"])
+    changes = client.get_metric_history(run.info.run_id, "amp/advantage_change")
+    assert len(changes) == 3 and all(m.value > 0 for m in changes)  # the style reward entered the advantages
+    metrics = run.data.metrics
+    assert metrics["loss/dagger"] > 0 and "loss/surrogate" in metrics
+    assert "group/course/reward_terms/goal_approach" in metrics and "group/course/dagger/label_error" not in metrics
+    for key in ("course/merged_student", "course/transition_policy", "course/stand_still",
+                "locomotion/transition_policy", "climb_step/transition_policy",
+                "climb_step/merged_student"):  # fmt: skip
+        assert 0 <= metrics[f"eval/{key}/success_rate"] <= 1
+    assert json.loads(run.data.params["stage.critic.obs"])[-1] == "group/onehot"  # the critic knows the group
+
+
 @pytest.mark.fault
 def test_a_skill_stage_killed_in_phase_b_resumes_in_phase_b(services, smoke_run, tmp_path, llp):
     """The crash comes after the first phase-B iteration (3), which the checkpoint of iteration 3 covers: the
@@ -246,6 +281,7 @@ def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
         "evaluate": ("cached", 0),
         "skill_climb_step": ("cached", 0),
         "merge": ("cached", 0),
+        "transition": ("cached", 0),
         "depth_student": ("cached", 0),
         "export": ("cached", 0),
     }
@@ -353,7 +389,8 @@ def test_status_and_stages_commands(smoke_run, llp):
     assert status.returncode == 0
     assert "locomotion_teacher" in status.stdout and "models:/llp-locomotion-teacher/" in status.stdout
     for stage, model in (("skill_climb_step", "llp-skill-climb-step"), ("merge", "llp-merged-student"),
-                         ("depth_student", "llp-depth-student"), ("export", "llp-deployable-policy")):  # fmt: skip
+                         ("transition", "llp-transition-policy"), ("depth_student", "llp-depth-student"),
+                         ("export", "llp-deployable-policy")):  # fmt: skip
         row = next(line for line in status.stdout.splitlines() if line.startswith(stage))
         assert "completed" in row and f"models:/{model}/" in row
     assert "Prefect flow run" in status.stdout

@@ -72,6 +72,17 @@ class ResourcesConfig:
                 total[name] = total.get(name, 0.0) + amount * count
         return total
 
+    def for_groups(self, groups: int) -> ResourcesConfig:
+        """The simulator layout of a stage with ``groups`` env groups: the same number of actors per group (as
+        many as fit in ``sim_actors``, at least one), sharing the same simulator CPUs in all."""
+        from dataclasses import replace
+
+        actors = groups * max(1, self.sim_actors // groups)
+        if actors == self.sim_actors:
+            return self
+        cpus = round(self.sim_actors * self.sim_actor_cpus / actors, 3)
+        return replace(self, sim_actors=actors, sim_actor_cpus=cpus)
+
     def cpu_demand(self) -> float:
         """CPUs a training stage's actors reserve at once (Ray waits forever for CPUs that never come)."""
         if self.mode == "colocated":

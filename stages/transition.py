@@ -1,0 +1,276 @@
+"""LLP stage 5, transition training: the merged student learns to take an approach into its skill and on.
+
+A course group joins the merge's groups: terrain tiles with an approach area, the obstacle and the area after
+it (the terrain env's ``climb`` tile: a platform at the library's heights, the goal on top). It has no expert
+and no per-frame reference: PPO on velocity tracking towards the goal, the goal reward and the goal approach,
+plus the phase-conditional AMP style reward (LLP): the walking prior before the trigger (recorded rollouts of
+the locomotion teacher), the skill's prior over the obstacle (the library's motions of the skill), walking
+again after it. The earlier groups keep training by DAgger from their experts alongside (no PPO there), so
+the old behaviours are not forgotten. The actor starts from the merged student and reads no group label;
+the critic reads the group's one-hot.
+
+Evaluated in the stage on fresh trials the same for every policy: the course (the approach-to-skill entry,
+``llp evaluate``'s protocol on the course tiles), the locomotion terrain, and each skill's course from the
+standing start; the merged student before, the transition policy after, and a policy that does nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llp.config.schema import check, field
+from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
+from llp.stages.common import checked_env_config, deployment_fields
+from llp.stages.evaluate import EvaluateConfig
+from llp.stages.merge import STUDENT_OBS
+
+CRITIC_OBS = ["critic/proprio", "critic/command", "critic/height_scan", "group/onehot"]
+
+
+def _course_env() -> dict[str, Any]:
+    return {
+        "terrain": {"tile_types": ["climb"], "climb_heights": [0.275, 0.30], "num_levels": 2},
+        "observations": {
+            "policy": ["proprio", "command", "height_scan"],
+            "critic": ["proprio", "command", "height_scan"],
+            "amp": ["amp_features", "progress"],
+        },
+        "rewards": {"feet_phase": {"weight": 0.0}, "goal_reached": {"weight": 10.0}, "goal_approach": {"weight": 1.0}},
+    }
+
+
+def _skill_env() -> dict[str, Any]:
+    from llp.stages.merge import _skill_env as merge_skill_env
+
+    env = merge_skill_env()
+    env["observations"] = {
+        "policy": ["proprio", "height_scan", "command"],
+        "critic": ["proprio", "command", "height_scan"],
+    }
+    return env
+
+
+def _ppo() -> PPOConfig:
+    return PPOConfig(rl_coef=1.0, dagger_coef=1.0, learning_rate=1e-4, schedule="adaptive", entropy_coef=0.0)
+
+
+def _actor() -> ActorConfig:
+    return ActorConfig(obs=list(STUDENT_OBS), num_frames=5, init_std=0.2)
+
+
+def _critic() -> CriticConfig:
+    return CriticConfig(obs=list(CRITIC_OBS))
+
+
+def _amp() -> AMPConfig:
+    return AMPConfig(triggers=[0.0, 1.35], style_coef=1.0, hidden_dims=[256, 128])
+
+
+def _evaluation() -> EvaluateConfig:
+    return EvaluateConfig(video_seconds=0.0, retries=0)
+
+
+@dataclass(kw_only=True)
+class TransitionConfig:
+    """The student to start from, the groups' experts and envs, the course, the priors and the budget."""
+
+    student: str = field(default="merge", doc="Upstream stage whose 'policy' the actor starts from.")
+    teacher: str = field(
+        default="locomotion_teacher",
+        doc="Upstream stage whose 'policy' labels the terrain group and gives the walking prior.",
+    )
+    skills: dict[str, str] = field(
+        default_factory=lambda: {"climb_step": "skill_climb_step"},
+        doc="Skill name -> its expert's stage (a DAgger group each, and its prior).",
+    )
+    task: str = field(default="locomotion", doc="Task of the terrain and course groups (conf/task/).")
+    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
+    env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task for the terrain group.")
+    course_env: dict[str, Any] = field(
+        default_factory=_course_env, doc="Overrides of the task for the course group: its tiles, terms, rewards."
+    )
+    skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
+    skill_env: dict[str, Any] = field(default_factory=_skill_env, doc="Overrides of the skill task (as the merge's).")
+    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
+    iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations.")
+    checkpoint_every: int = field(default=50, doc="Iterations between checkpoints (and metric uploads).")
+    walking_prior_steps: int = field(
+        default=100, doc="Steps of the teacher's rollouts (64 envs) for the walking prior."
+    )
+    skill_trials: int = field(default=64, doc="Evaluation trials per policy on each skill group's course.")
+    retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
+    ppo: PPOConfig = field(default_factory=_ppo, doc="PPO on the course group, DAgger on the expert groups.")
+    actor: ActorConfig = field(default_factory=_actor, doc="The student (as the merge's; no group label).")
+    critic: CriticConfig = field(
+        default_factory=_critic, doc="The critic: the same terms in every group, and the group."
+    )
+    amp: AMPConfig = field(
+        default_factory=_amp,
+        doc="Phase-conditional AMP: walk before the trigger, the skill over the "
+        "obstacle (progress 0 to 1.35 m: 0.6 m before the edge to 0.75 m onto it), walk after.",
+    )
+    evaluation: EvaluateConfig = field(default_factory=_evaluation, doc="Protocol of the course and terrain trials.")
+
+    def validate(self, path: str) -> None:
+        for name in ("envs_per_actor", "iterations", "checkpoint_every", "skill_trials", "walking_prior_steps"):
+            check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
+        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
+        check(self.ppo.rl_coef > 0, f"{path}.ppo.rl_coef", "the course group learns by PPO: > 0")
+        check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "the expert groups keep learning by DAgger: > 0")
+        check(len(self.amp.triggers) == 2, f"{path}.amp.triggers", "walk, skill, walk: two triggers")
+        check(not any(r.startswith("group/") for r in self.actor.obs), f"{path}.actor.obs", "no group label")
+        course = checked_env_config(self.task, self.robot, self.course_env, f"{path}.course_env")
+        check(
+            all(t in ("climb",) for t in course.terrain.tile_types),
+            f"{path}.course_env.terrain.tile_types",
+            "the course group's tiles take an approach into the climb: [climb]",
+        )
+        check(
+            "amp_features" in course.observations.get("amp", []) and "progress" in course.observations.get("amp", []),
+            f"{path}.course_env.observations.amp",
+            "the AMP prior reads amp_features and progress",
+        )
+        checked_env_config(self.task, self.robot, self.env, path)
+
+
+def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
+    """PPO with AMP on the course, DAgger on the expert groups, from the merged student; evaluate before and
+    after on the same trials; returns {'policy': models:/ URI}."""
+    import io
+
+    import torch
+
+    from llp.actors.pool import TrainingPool
+    from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
+    from llp.stages.merge import MergeConfig, _skill_expert, locomotion_env, skill_group_env
+    from llp.stages.skill_expert import skill_references
+
+    student = ctx.frozen_policy(inputs["student"])
+    teacher = ctx.frozen_policy(inputs["teacher"])
+    like_merge = MergeConfig(
+        task=cfg.task,
+        robot=cfg.robot,
+        env=cfg.env,
+        skill_task=cfg.skill_task,
+        skill_env=cfg.skill_env,
+        skills=cfg.skills,
+    )
+    loco_env = locomotion_env(like_merge, teacher.spec)
+    course_env = checked_env_config(cfg.task, cfg.robot, cfg.course_env, "course_env")
+    library = ctx.load_dataset(inputs["library"])
+    groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)], rl=False)]
+    skill_refs, skill_groups = [], {}
+    for skill, stage in cfg.skills.items():
+        expert = _skill_expert(ctx, inputs[stage])
+        refs = skill_references(library, skill)
+        skill_refs += refs
+        env_cfg = skill_group_env(like_merge, refs, expert.spec, skill)
+        groups.append(EnvGroup(skill, env_cfg, [TeacherSpec(expert)], rl=False))
+        skill_groups[skill] = (expert, env_cfg)
+    groups.append(EnvGroup("course", course_env, rl=True, amp=True))
+    walk, climb = _priors(ctx, cfg, teacher, skill_refs)
+    print(
+        f"[llp] {ctx.stage}: from {student.uri}; course group learns by PPO + AMP (walking prior: {len(walk)} "
+        f"transitions of {teacher.uri}; skill prior: {len(climb)} of {[r.id for r in skill_refs]}); "
+        f"{[g.name for g in groups if not g.rl]} by DAgger",
+        flush=True,
+    )
+    ctx.init_ray()
+    spec = TrainSpec(
+        env=loco_env,
+        envs_per_actor=cfg.envs_per_actor,
+        seed=ctx.seed,
+        actor=cfg.actor,
+        critic=cfg.critic,
+        ppo=cfg.ppo,
+        amp=AMPSpec(cfg.amp, [walk, climb, walk]),
+        groups=groups,
+    )
+    pool = TrainingPool(ctx.resources.for_groups(len(groups)), spec)
+    keys = ["loss/dagger", "amp/style_reward"] + [
+        f"group/{g.name}/episode/{k}" for g in groups for k in ("length", "success_rate")
+    ]
+    try:
+        start, history = ctx.restore_checkpoint(pool)
+        if start == 0:  # the merged student's network and normaliser; its action noise is this stage's
+            state = torch.export.load(io.BytesIO(student.program)).state_dict
+            missing = pool.load_actor({k: v for k, v in state.items()})
+            print(f"[llp] {ctx.stage}: the actor starts from {student.uri} (its own: {missing})", flush=True)
+        progress = ctx.progress(cfg.iterations, start)
+        for it in range(start, cfg.iterations):
+            metrics = pool.iteration()
+            history.append({k: metrics[k] for k in keys if k in metrics})
+            ctx.log_iteration(metrics, step=it)
+            progress.update(it, metrics)
+            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
+                ctx.save_checkpoint(pool, it, history)
+            ctx.fault_point(it, pool)
+        uri = _register(ctx, pool, loco_env)
+    finally:
+        pool.close()
+    ctx.log_learning_curve(
+        history,
+        [
+            ("group/course/episode/success_rate", "course: goal reached (training)"),
+            ("amp/style_reward", "AMP style reward (course)"),
+            ("loss/dagger", "DAgger loss (expert groups)"),
+        ],
+    )
+    from dataclasses import replace
+
+    from llp.stages.merge import evaluate_locomotion, evaluate_skill
+
+    students = {"merged student": student.uri, "transition policy": uri}
+    course = replace(
+        cfg.evaluation,
+        task=cfg.task,
+        robot=cfg.robot,
+        traverse_types=[],
+        env={"terrain": cfg.course_env.get("terrain", {})},
+    )
+    table = {
+        "course": evaluate_locomotion(ctx, course, {**students, "stand still": None}, group="course"),
+        "locomotion": evaluate_locomotion(ctx, cfg.evaluation, {**students, "stand still": None}),
+    }
+    for skill, (expert, env_cfg) in skill_groups.items():
+        table[skill] = evaluate_skill(ctx, cfg.skill_trials, skill, expert, env_cfg, students)
+    ctx.log_json(table, "evaluation/transition.json")
+    return {"policy": uri}
+
+
+def _priors(ctx, cfg: TransitionConfig, teacher, skill_refs: list):
+    """(walking prior, skill prior) reference transitions [M, 2F]: the teacher's own rollouts on flat ground in
+    its own action space, and the library's motions of the skills."""
+    import re
+
+    import torch
+
+    from llp.config.schema import merge
+    from llp.motion.amp_data import motion_transitions, policy_transitions
+    from llp.sim.env import ParkourEnv
+
+    joints = teacher.spec.get("action_joints")
+    overrides = {
+        "terrain": {"tile_types": ["flat"], "num_levels": 1},
+        "observations": {"amp": ["amp_features"]},
+        "commands": {"standing_fraction": 0.0},
+    }
+    if joints:
+        overrides["robot"] = {"policy_joints": [re.escape(j) for j in joints]}
+    env = ParkourEnv(checked_env_config(cfg.task, cfg.robot, merge(cfg.env, overrides), "env"), 64, seed=ctx.seed)
+    walk = policy_transitions(env, teacher.load(), cfg.walking_prior_steps)
+    robot = env.cfg.robot
+    climb = torch.cat([motion_transitions(r, robot) for r in skill_refs])
+    return walk, climb
+
+
+def _register(ctx, pool, env_cfg) -> str:
+    from llp.learn.export import example_input, export_actor
+    from llp.learn.models import Actor
+
+    dims = pool.spaces["obs_dims"]
+    actor = Actor(pool.spec.actor, dims, pool.spaces["num_actions"])
+    actor.load_state_dict(pool.actor_state())
+    module, spec = export_actor(actor.eval(), dims, **deployment_fields(env_cfg))
+    return ctx.register_policy("policy", module, spec.to_dict(), example_input(spec))
