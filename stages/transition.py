@@ -95,9 +95,8 @@ class TransitionConfig:
     envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
     iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations.")
     checkpoint_every: int = field(default=50, doc="Iterations between checkpoints (and metric uploads).")
-    walking_prior_steps: int = field(
-        default=100, doc="Steps of the teacher's rollouts (64 envs) for the walking prior."
-    )
+    walking_prior_steps: int = field(default=100, doc="Steps of the teacher's rollouts for the walking prior.")
+    walking_prior_envs: int = field(default=64, doc="Envs of the teacher's rollouts for the walking prior.")
     skill_trials: int = field(default=64, doc="Evaluation trials per policy on each skill group's course.")
     retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=_ppo, doc="PPO on the course group, DAgger on the expert groups.")
@@ -113,7 +112,8 @@ class TransitionConfig:
     evaluation: EvaluateConfig = field(default_factory=_evaluation, doc="Protocol of the course and terrain trials.")
 
     def validate(self, path: str) -> None:
-        for name in ("envs_per_actor", "iterations", "checkpoint_every", "skill_trials", "walking_prior_steps"):
+        names = ("envs_per_actor", "iterations", "checkpoint_every", "skill_trials", "walking_prior_steps")
+        for name in (*names, "walking_prior_envs"):
             check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         check(self.ppo.rl_coef > 0, f"{path}.ppo.rl_coef", "the course group learns by PPO: > 0")
@@ -137,9 +137,6 @@ class TransitionConfig:
 def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     """PPO with AMP on the course, DAgger on the expert groups, from the merged student; evaluate before and
     after on the same trials; returns {'policy': models:/ URI}."""
-    import io
-
-    import torch
 
     from llp.actors.pool import TrainingPool
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
@@ -147,6 +144,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.stages.skill_expert import skill_references
 
     student = ctx.frozen_policy(inputs["student"])
+    weights = _student_weights(cfg, student)  # before anything expensive: the actor must be the student's shape
     teacher = ctx.frozen_policy(inputs["teacher"])
     like_merge = MergeConfig(
         task=cfg.task,
@@ -194,8 +192,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     try:
         start, history = ctx.restore_checkpoint(pool)
         if start == 0:  # the merged student's network and normaliser; its action noise is this stage's
-            state = torch.export.load(io.BytesIO(student.program)).state_dict
-            missing = pool.load_actor({k: v for k, v in state.items()})
+            missing = pool.load_actor(weights)
             print(f"[llp] {ctx.stage}: the actor starts from {student.uri} (its own: {missing})", flush=True)
         progress = ctx.progress(cfg.iterations, start)
         for it in range(start, cfg.iterations):
@@ -239,6 +236,33 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     return {"policy": uri}
 
 
+def _student_weights(cfg: TransitionConfig, student) -> dict:
+    """The registered student's network weights, checked against this stage's actor config (a clear error,
+    not a failed load in a Ray actor after the priors are recorded)."""
+    import io
+
+    import torch
+
+    from llp.learn.models import Actor
+
+    spec = student.spec
+    if list(cfg.actor.obs) != list(spec["obs"]) or cfg.actor.num_frames != spec["num_frames"]:
+        raise ValueError(f"actor.obs {cfg.actor.obs} x {cfg.actor.num_frames} frames must be the student's: "
+                         f"{spec['obs']} x {spec['num_frames']} ({student.uri})")  # fmt: skip
+    dims: dict = {}
+    for ref, width in spec.get("obs_layout") or []:
+        group, term = ref.split("/")
+        dims.setdefault(group, {})[term] = width
+    mine = Actor(cfg.actor, dims, spec["num_actions"]).state_dict()
+    weights = torch.export.load(io.BytesIO(student.program)).state_dict
+    wrong = [k for k, v in weights.items() if k not in mine or tuple(mine[k].shape) != tuple(v.shape)]
+    if wrong:
+        layers = [tuple(v.shape) for k, v in weights.items() if k.startswith("head.") and k.endswith("weight")]
+        raise ValueError(f"{student.uri}'s network (layers {layers}) does not fit actor.hidden_dims "
+                         f"{cfg.actor.hidden_dims}: set stages.transition.actor to the student's")  # fmt: skip
+    return dict(weights)
+
+
 def _priors(ctx, cfg: TransitionConfig, teacher, skill_refs: list):
     """(walking prior, skill prior) reference transitions [M, 2F]: the teacher's own rollouts on flat ground in
     its own action space, and the library's motions of the skills."""
@@ -258,7 +282,8 @@ def _priors(ctx, cfg: TransitionConfig, teacher, skill_refs: list):
     }
     if joints:
         overrides["robot"] = {"policy_joints": [re.escape(j) for j in joints]}
-    env = ParkourEnv(checked_env_config(cfg.task, cfg.robot, merge(cfg.env, overrides), "env"), 64, seed=ctx.seed)
+    env_cfg = checked_env_config(cfg.task, cfg.robot, merge(cfg.env, overrides), "env")
+    env = ParkourEnv(env_cfg, cfg.walking_prior_envs, seed=ctx.seed)
     walk = policy_transitions(env, teacher.load(), cfg.walking_prior_steps)
     robot = env.cfg.robot
     climb = torch.cat([motion_transitions(r, robot) for r in skill_refs])

@@ -444,3 +444,12 @@ def test_a_registered_policy_s_program_gives_an_actor_its_network_and_normaliser
     assert missing == ["distribution.std_param"] and not unexpected
     frames = torch.randn(3, 2, 14)
     torch.testing.assert_close(fresh.flat(frames), original.flat(frames))
+    # the transition stage checks the fit before anything expensive, and names the mismatch
+    from llp.learn.spec import FrozenPolicy
+    from llp.stages.transition import TransitionConfig, _student_weights
+
+    student = FrozenPolicy("models:/student/1", buffer.getvalue(), {**spec.to_dict(), "obs_layout": spec.obs_layout})
+    fits = TransitionConfig(actor=ActorConfig(obs=STUDENT, num_frames=2, hidden_dims=[8]))
+    assert set(_student_weights(fits, student)) == set(weights)
+    with pytest.raises(ValueError, match=r"layers \[\(8, 28\), \(4, 8\)\]\) does not fit actor.hidden_dims \[16\]"):
+        _student_weights(TransitionConfig(actor=ActorConfig(obs=STUDENT, num_frames=2, hidden_dims=[16])), student)
