@@ -212,3 +212,45 @@ def test_curriculum_measures_progress_against_the_integrated_command():
     nothing = np.zeros(4, dtype=bool)
     env._update_curriculum(ids, nothing, nothing)
     assert env.level.tolist() == [2, 1, 0, 0]  # promoted; kept (1.5 >= 0.5 x 2); demoted; demoted (1.5 < 2)
+
+
+def test_goal_tiles_start_episodes_along_the_course_where_goal_starts_says():
+    """Each episode draws a range of goal_starts, then a distance in it from the tile's spawn: before the
+    platform's edge on the floor, on the platform on its top; the default starts at the spawn, drawing nothing."""
+    climb = {"tile_types": ["climb"], "num_levels": 1, "climb_heights": [0.30]}
+    at_spawn = make_env(num_envs=4, terrain=climb)
+    tile = at_spawn.terrain.tiles[0]
+    np.testing.assert_allclose(at_spawn.spawn_xy[:, 0], tile.spawn[0])
+    starts = [[1.0, 1.5], [2.8, 3.1]]  # on the approach; on the platform (its edge 2.5 m after the spawn)
+    env = make_env(num_envs=64, seed=3, terrain=climb, randomization={"goal_starts": starts})
+    along = env.spawn_xy[:, 0] - tile.spawn[0]
+    before, on_top = (along >= 1.0) & (along <= 1.5), (along >= 2.8) & (along <= 3.1)
+    assert (before | on_top).all() and 16 < before.sum() < 48  # each range about half the time
+    height = env.qpos[:, 2] - env.cfg.robot.base_height
+    np.testing.assert_allclose(height[before], 0.01, atol=1e-6)
+    np.testing.assert_allclose(height[on_top], 0.31, atol=1e-6)  # standing on the 30 cm platform
+    np.testing.assert_allclose(env.goal_distance, np.abs(tile.goal[0] - env.spawn_xy[:, 0]), atol=1e-9)
+    # steered at the goal from the first observation (straight ahead here): no yaw rate from a stale heading
+    np.testing.assert_allclose(env.observe()["policy"]["command"][:, 2].numpy(), 0.0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"goal_starts\[0\].*need 0 <= start <= end"):
+        make_env(terrain=climb, randomization={"goal_starts": [[2.0, 1.0]]})
+
+
+def test_a_climb_tiles_platform_depth_and_goal_are_set_by_config_and_must_fit_the_tile():
+    """The transition course uses the skill's own box (0.6 m deep, 1.2 m wide, the goal 0.4 m onto it): the
+    terrain's heights, the recorded obstacle and the goal all follow the config."""
+    climb = {"tile_types": ["climb"], "num_levels": 1, "climb_heights": [0.30]}
+    box = {**climb, "platform_depth": 0.6, "platform_goal": 0.4, "obstacle_width": 1.2}
+    terrain = make_env(terrain=box).terrain
+    tile = terrain.tiles[0]
+    (platform,) = tile.obstacles
+    front = platform.center[0] - platform.depth / 2
+    assert (platform.depth, platform.width, platform.height) == pytest.approx((0.6, 1.2, 0.30))
+    assert tile.goal[0] == pytest.approx(front + 0.4) and tile.goal[1] == pytest.approx(platform.center[1])
+    y = platform.center[1]
+    tops = [float(terrain.height_at(np.array([front + dx, y]))) for dx in (-0.1, 0.1, 0.5, 0.7)]
+    assert tops == pytest.approx([0.0, 0.30, 0.30, 0.0], abs=1e-6)  # floor, box, box, floor behind it
+    default = make_env(terrain=climb).terrain.tiles[0]
+    assert default.obstacles[0].depth == pytest.approx(1.5)  # the climb tile's own platform, as before
+    with pytest.raises(ValueError, match="platform_goal.*must end within the tile"):
+        make_env(terrain={**climb, "platform_goal": 20.0})

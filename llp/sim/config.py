@@ -102,8 +102,17 @@ class RandomizationConfig:
     push_velocity: float = field(default=0.5, doc="Largest base velocity change of a push, m/s.")
     init_joint_noise: float = field(default=0.05, doc="Uniform noise on initial joint positions, radians.")
     spawn_jitter: float = field(default=0.3, doc="Uniform jitter of the spawn position, metres.")
+    goal_starts: list[tuple[float, float]] = field(
+        default_factory=lambda: [(0.0, 0.0)],
+        doc="Goal tiles: where episodes start, as ranges of distance along the course from the tile's spawn "
+        "(metres); each episode draws a range, then a point in it. [[0, 0]]: at the spawn. LLP's transition "
+        "stage starts episodes before, on and after the obstacle (keep the ranges off the obstacle's edges).",
+    )
 
     def validate(self, path: str) -> None:
+        check(len(self.goal_starts) >= 1, f"{path}.goal_starts", "needs at least one range, e.g. [[0, 0]]")
+        for i, (lo, hi) in enumerate(self.goal_starts):
+            check(0.0 <= lo <= hi, f"{path}.goal_starts[{i}]", f"[{lo}, {hi}]: need 0 <= start <= end (metres)")
         for name in ("friction", "added_mass", "motor_strength"):
             rng = getattr(self, name)
             if rng is not None:

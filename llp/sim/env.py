@@ -189,7 +189,8 @@ class ParkourEnv:
                 self.env_models[env] = copy.copy(template) if self._randomized else template
                 self.model_tile[env] = tile
         q = np.tile(m.qpos0, (k, 1))
-        jitter = cfg.randomization.spawn_jitter
+        jitter, starts = cfg.randomization.spawn_jitter, cfg.randomization.goal_starts
+        along = [tuple(r) for r in starts] != [(0.0, 0.0)]
         yaw = np.zeros(k)
         for j, env in enumerate(ids):
             tile = self.terrain.tiles[self.tile_ids[env]]
@@ -198,7 +199,10 @@ class ParkourEnv:
                 x += rng.uniform(-jitter, jitter)
                 y += rng.uniform(-jitter, jitter)
                 yaw[j] = rng.uniform(-np.pi, np.pi)
-            else:
+            else:  # along the course (+x) from the spawn, by a drawn range of goal_starts
+                if along:  # (the default draws nothing: the same trials as before the option)
+                    lo, hi = starts[rng.integers(len(starts))]
+                    x += rng.uniform(lo, hi)
                 y += rng.uniform(-jitter, jitter) * 0.5
             ground = float(self.terrain.height_at(np.array([x, y]))[()])
             q[j, 0:3] = (x, y, ground + cfg.robot.base_height + 0.01)
@@ -266,9 +270,11 @@ class ParkourEnv:
         goal = self.tile_has_goal[self.tile_ids[ids]]
         if goal.any():
             g_ids = ids[goal]
-            self.heading_env[g_ids] = True  # steered towards the goal
+            self.heading_env[g_ids] = True  # steered towards the goal, from the first observation on
             self.command[g_ids, 0] = rng.uniform(*c.goal_speed, size=len(g_ids))
             self.command[g_ids, 1] = 0.0
+            delta = self.tile_goal[self.tile_ids[g_ids]] - self.qpos[g_ids, 0:2]
+            self.heading_target[g_ids] = np.arctan2(delta[:, 1], delta[:, 0])
         self.command_timer[ids] = 0.0
 
     # ------------------------------------------------------------------ teachers that drive other joints

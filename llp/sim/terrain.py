@@ -62,6 +62,8 @@ class TerrainConfig:
         default_factory=lambda: [0.40, 0.45, 0.50], doc="Vault boxes (and shaped vaults): heights over the levels."
     )
     vault_depth: float = field(default=0.35, doc="Vault boxes: depth along x, metres.")
+    platform_depth: float = field(default=1.5, doc="Climb tiles: depth of the platform along x, metres.")
+    platform_goal: float = field(default=1.0, doc="Climb tiles: the goal's distance past the platform's front, m.")
     obstacle_width: float = field(default=1.6, doc="Width (along y) of climbs, vaults and course obstacles, metres.")
     stone_size: tuple[float, float] = field(default=(0.45, 0.25), doc="Stepping stones: side length, metres.")
     stone_gap: tuple[float, float] = field(default=(0.05, 0.25), doc="Stepping stones: gap between stones, metres.")
@@ -85,6 +87,12 @@ class TerrainConfig:
             check(len(values) > 0 and all(v > 0 for v in values), f"{path}.{name}", "needs positive heights")
         check(self.pit_depth > 0, f"{path}.pit_depth", "must be positive")
         check(self.approach_length > 0.5, f"{path}.approach_length", "must be > 0.5 m")
+        check(self.platform_depth > 0, f"{path}.platform_depth", "must be positive")
+        check(self.platform_goal > 0, f"{path}.platform_goal", "must be past the platform's front edge: > 0")
+        room = self.tile_length - 1.0 - self.approach_length  # from the platform's front to the tile's end
+        check(max(self.platform_depth, self.platform_goal) < room, f"{path}.platform_goal",
+              f"platform ({self.platform_depth} m) and goal ({self.platform_goal} m) must end within the tile: "
+              f"< {room:g} m after the platform's front")  # fmt: skip
 
 
 @dataclass
@@ -298,9 +306,10 @@ def _build_tile(cfg: TerrainConfig, kind: str, d: float, b: _TileBuilder, rng: n
     elif kind == "climb":
         b.floor()
         h = _pick(cfg.climb_heights, d)
-        b.box(obstacle_x, obstacle_x + 1.5, -ow / 2, ow / 2, 0.0, h)
-        b.obstacle("platform", obstacle_x, obstacle_x + 1.5, ow, h)
-        layout["goal"] = (obstacle_x + 1.0, 0.0)
+        depth = cfg.platform_depth
+        b.box(obstacle_x, obstacle_x + depth, -ow / 2, ow / 2, 0.0, h)
+        b.obstacle("platform", obstacle_x, obstacle_x + depth, ow, h)
+        layout["goal"] = (obstacle_x + cfg.platform_goal, 0.0)
         layout["triggers"] = [obstacle_x - 0.6, obstacle_x + 0.75]
     elif kind in ("vault", "trapezoid_vault", "saddle_vault"):
         b.floor()
