@@ -35,7 +35,7 @@ def _skills() -> dict[str, str]:
     return {"climb_step": "skill_climb_step"}
 
 
-def _skill_env() -> dict[str, Any]:
+def skill_group_overrides() -> dict[str, Any]:
     return {
         "action_offset": "default",  # as every parkour policy's: joint target = default pose + scale x action
         "proprio_layout": "locomotion",  # the terrain env's proprioception, so one student reads both groups
@@ -73,7 +73,7 @@ class MergeConfig:
     )
     skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
     skill_env: dict[str, Any] = field(
-        default_factory=_skill_env,
+        default_factory=skill_group_overrides,
         doc="Overrides of the skill task: the terrain env's proprioception, the student's terms, phase B's start.",
     )
     envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
@@ -170,7 +170,7 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     library = ctx.load_dataset(inputs["library"])
     groups, skill_groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)])], {}
     for skill, stage in cfg.skills.items():
-        expert = _skill_expert(ctx, inputs[stage])
+        expert = skill_expert_policy(ctx, inputs[stage])
         refs = skill_references(library, skill)
         env_cfg = skill_group_env(cfg, refs, expert.spec, skill)
         groups.append(EnvGroup(skill, env_cfg, [TeacherSpec(expert)]))
@@ -208,7 +208,7 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     return {"policy": uri}
 
 
-def _skill_expert(ctx, uri: str):
+def skill_expert_policy(ctx, uri: str):
     """A skill stage's policy as the frozen expert of its group. A skill policy trains in the tracking task;
     versions registered before policy specs recorded their proprioception layout read the tracking one."""
     expert = ctx.frozen_policy(uri)
@@ -259,7 +259,7 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
     from dataclasses import replace
 
     from llp.stages.reference_augmentation import run_trials
-    from llp.stages.skill_expert import _Still
+    from llp.stages.skill_expert import DefaultPose
 
     own = replace(env_cfg, task=replace(env_cfg.task, proprio_layout=expert.spec["proprio_layout"]))
     policies = {f"{skill} expert": (expert.load(), own, expert.uri)}
@@ -270,7 +270,7 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
         if actor is None:
             from llp.motion.tracking_env import TrackingEnv
 
-            actor = _Still(TrackingEnv(env, 1).num_actions)
+            actor = DefaultPose(TrackingEnv(env, 1).num_actions)
         records = run_trials(env, actor, trials, seed=ctx.seed + 104729)
         n = len(records)
         row = {"model": model, "trials": n, "success_rate": sum(t["success"] for t in records) / n,

@@ -297,7 +297,7 @@ def _register(ctx, actor, dims, env_cfg) -> str:
     return ctx.register_policy("policy", module, spec.to_dict(), example_input(spec))
 
 
-class _Still:
+class DefaultPose:
     """The default pose held under PD: actions of 0 in an env whose actions offset the default pose."""
 
     def __init__(self, num_actions: int):
@@ -327,7 +327,7 @@ def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> Non
     prefix = "eval/" if protocol == "favorable start" else f"eval/{protocol.replace(' ', '_')}/"
     for who, (model, env_cfg) in policies.items():
         if model is None:
-            actor = _Still(TrackingEnv(env_cfg, 1).num_actions)
+            actor = DefaultPose(TrackingEnv(env_cfg, 1).num_actions)
         elif isinstance(model, str):
             actor = ctx.frozen_policy(model).load()
         else:

@@ -27,23 +27,48 @@ from llp.stages.merge import STUDENT_OBS
 
 CRITIC_OBS = ["critic/proprio", "critic/command", "critic/height_scan", "group/onehot"]
 
+# Where the course's evaluations start, along the climb tile from its spawn: two of the three evaluations the
+# paper's critics ask for (the third, the exit into the next behaviour, needs a course that goes on after the
+# box). Offsets from the box's front (terrain.approach_length after the spawn), but the approach.
+EVALUATION_STARTS = {
+    "approach": None,  # approach-to-skill entry: from the spawn, walk 2.5 m to the box, climb onto it
+    "edge": (-0.55, -0.35),  # the skill from a favourable start: where the skill's motion starts (0.45 m before)
+}
+
+
+def evaluation_start(name: str, approach_length: float) -> tuple[float, float]:
+    """The ``goal_starts`` range (metres from the spawn) of the course evaluation ``name``."""
+    offset = EVALUATION_STARTS[name]
+    return (0.0, 0.0) if offset is None else (approach_length + offset[0], approach_length + offset[1])
+
 
 def _course_env() -> dict[str, Any]:
     return {
-        "terrain": {"tile_types": ["climb"], "climb_heights": [0.275, 0.30], "num_levels": 2},
+        # the skill's own box (the library's: 0.6 m deep, 1.2 m wide), the goal 0.4 m onto it
+        "terrain": {
+            "tile_types": ["climb"],
+            "climb_heights": [0.275, 0.30],
+            "num_levels": 2,
+            "platform_depth": 0.6,
+            "platform_goal": 0.4,
+            "obstacle_width": 1.2,
+        },
         "observations": {
             "policy": ["proprio", "command", "height_scan"],
             "critic": ["proprio", "command", "height_scan"],
             "amp": ["amp_features", "progress"],
         },
         "rewards": {"feet_phase": {"weight": 0.0}, "goal_reached": {"weight": 10.0}, "goal_approach": {"weight": 1.0}},
+        # LLP: episodes start before and at the obstacle: at the spawn, on the approach, and at the skill's start
+        # before the box's front (2.5 m)
+        "randomization": {"goal_starts": [[0.0, 0.0], [0.5, 1.9], [1.95, 2.15]]},
     }
 
 
 def _skill_env() -> dict[str, Any]:
-    from llp.stages.merge import _skill_env as merge_skill_env
+    from llp.stages.merge import skill_group_overrides
 
-    env = merge_skill_env()
+    env = skill_group_overrides()
     env["observations"] = {
         "policy": ["proprio", "height_scan", "command"],
         "critic": ["proprio", "command", "height_scan"],
@@ -98,6 +123,11 @@ class TransitionConfig:
     walking_prior_steps: int = field(default=100, doc="Steps of the teacher's rollouts for the walking prior.")
     walking_prior_envs: int = field(default=64, doc="Envs of the teacher's rollouts for the walking prior.")
     skill_trials: int = field(default=64, doc="Evaluation trials per policy on each skill group's course.")
+    course_evaluations: list[str] = field(
+        default_factory=lambda: list(EVALUATION_STARTS),
+        doc="Course evaluations, each on its own trials: approach (from the spawn: the entry into the skill), "
+        "edge (the skill from its motion's start).",
+    )
     retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=_ppo, doc="PPO on the course group, DAgger on the expert groups.")
     actor: ActorConfig = field(default_factory=_actor, doc="The student (as the merge's; no group label).")
@@ -118,6 +148,8 @@ class TransitionConfig:
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         check(self.ppo.rl_coef > 0, f"{path}.ppo.rl_coef", "the course group learns by PPO: > 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "the expert groups keep learning by DAgger: > 0")
+        unknown = [n for n in self.course_evaluations if n not in EVALUATION_STARTS]
+        check(not unknown, f"{path}.course_evaluations", f"{unknown}: choose from {list(EVALUATION_STARTS)}")
         check(len(self.amp.triggers) == 2, f"{path}.amp.triggers", "walk, skill, walk: two triggers")
         check(not any(r.startswith("group/") for r in self.actor.obs), f"{path}.actor.obs", "no group label")
         course = checked_env_config(self.task, self.robot, self.course_env, f"{path}.course_env")
@@ -140,7 +172,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
 
     from llp.actors.pool import TrainingPool
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
-    from llp.stages.merge import MergeConfig, _skill_expert, locomotion_env, skill_group_env
+    from llp.stages.merge import MergeConfig, locomotion_env, skill_expert_policy, skill_group_env
     from llp.stages.skill_expert import skill_references
 
     student = ctx.frozen_policy(inputs["student"])
@@ -160,7 +192,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)], rl=False)]
     skill_refs, skill_groups = [], {}
     for skill, stage in cfg.skills.items():
-        expert = _skill_expert(ctx, inputs[stage])
+        expert = skill_expert_policy(ctx, inputs[stage])
         refs = skill_references(library, skill)
         skill_refs += refs
         env_cfg = skill_group_env(like_merge, refs, expert.spec, skill)
@@ -219,17 +251,14 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.stages.merge import evaluate_locomotion, evaluate_skill
 
     students = {"merged student": student.uri, "transition policy": uri}
-    course = replace(
-        cfg.evaluation,
-        task=cfg.task,
-        robot=cfg.robot,
-        traverse_types=[],
-        env={"terrain": cfg.course_env.get("terrain", {})},
-    )
-    table = {
-        "course": evaluate_locomotion(ctx, course, {**students, "stand still": None}, group="course"),
-        "locomotion": evaluate_locomotion(ctx, cfg.evaluation, {**students, "stand still": None}),
-    }
+    table = {}
+    for name in cfg.course_evaluations:
+        start = evaluation_start(name, course_env.terrain.approach_length)
+        env = {"terrain": cfg.course_env.get("terrain", {}), "randomization": {"goal_starts": [list(start)]}}
+        course = replace(cfg.evaluation, task=cfg.task, robot=cfg.robot, traverse_types=[], env=env)
+        group = f"course/{name}"
+        table[group] = evaluate_locomotion(ctx, course, {**students, "stand still": None}, group=group)
+    table["locomotion"] = evaluate_locomotion(ctx, cfg.evaluation, {**students, "stand still": None})
     for skill, (expert, env_cfg) in skill_groups.items():
         table[skill] = evaluate_skill(ctx, cfg.skill_trials, skill, expert, env_cfg, students)
     ctx.log_json(table, "evaluation/transition.json")

@@ -57,11 +57,11 @@ def _groups():
     from llp.config.files import env_config
     from llp.motion.seeds import seed_reference, seed_spec
     from llp.motion.tracking import TrackingEnvConfig, tracking_task
-    from llp.stages.merge import _skill_env
+    from llp.stages.merge import skill_group_overrides
 
     terrain = env_config(overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}})
     seed = seed_reference(seed_spec("climb_step_25"))
-    course = TrackingEnvConfig(task=tracking_task(overrides=_skill_env()), qpos=seed.qpos, fps=seed.fps,
+    course = TrackingEnvConfig(task=tracking_task(overrides=skill_group_overrides()), qpos=seed.qpos, fps=seed.fps,
                                obstacle=seed.obstacle, contacts=seed.contacts, reference_id="seed")  # fmt: skip
     return terrain, course
 

@@ -245,7 +245,7 @@ def test_the_transition_policy_starts_from_the_merge_learns_with_amp_and_reads_n
     metrics = run.data.metrics
     assert metrics["loss/dagger"] > 0 and "loss/surrogate" in metrics
     assert "group/course/reward_terms/goal_approach" in metrics and "group/course/dagger/label_error" not in metrics
-    for key in ("course/merged_student", "course/transition_policy", "course/stand_still",
+    for key in ("course/approach/merged_student", "course/approach/transition_policy", "course/approach/stand_still",
                 "locomotion/transition_policy", "climb_step/transition_policy",
                 "climb_step/merged_student"):  # fmt: skip
         assert 0 <= metrics[f"eval/{key}/success_rate"] <= 1
