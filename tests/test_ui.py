@@ -105,7 +105,9 @@ def healthy(url: str) -> bool:
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("uiruns")
-    result = llp_local("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "ui-ok", "--until-stage", "evaluate")
+    videos = ["--set", "stages.evaluate.video_seconds=1.0"]  # the smoke profile renders none (test time)
+    result = llp_local("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "ui-ok", "--until-stage", "evaluate",
+                       *videos)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return {"root": root, "result": result}
 
