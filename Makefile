@@ -32,10 +32,11 @@ run: $(STAMP)
 	$(BIN)/llp run --profile $(PROFILE)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 test-faults: $(STAMP)
-	$(BIN)/python -m pytest -q -m "fault and not slow" -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -m "fault and not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check llp flows actors stages infra tests
