@@ -185,6 +185,20 @@ class StageContext:
         print(f"[llp] {self.stage}: continues after the checkpoint of iteration {state['iteration']}", flush=True)
         return state["iteration"] + 1, list(state["history"])
 
+    def train(self, pool, iterations: int, checkpoint_every: int, keys, start: int, history: list) -> None:
+        """Iterations ``start`` to ``iterations - 1`` of ``pool``: each one's metrics logged (they reach MLflow
+        with the checkpoint that covers them) and those named in ``keys`` kept in ``history`` (the learning
+        curve), a checkpoint every ``checkpoint_every`` iterations and after the last, a fault point after each."""
+        progress = self.progress(iterations, start)
+        for it in range(start, iterations):
+            metrics = pool.iteration()
+            history.append({k: metrics[k] for k in keys if k in metrics})
+            self.log_iteration(metrics, step=it)
+            progress.update(it, metrics)
+            if (it + 1) % checkpoint_every == 0 or it + 1 == iterations:
+                self.save_checkpoint(pool, it, history)
+            self.fault_point(it, pool)
+
     def fault_point(self, iteration: int, trainer=None) -> None:
         """Chaos drills, each once per run (a marker in the run folder): LLP_INJECT_FAULT=<stage>@<iteration>
         crashes the stage after that iteration; <stage>@<iteration>:nan<K> makes the trainer's next K updates

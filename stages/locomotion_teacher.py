@@ -78,15 +78,7 @@ def run(ctx, cfg: LocomotionTeacherConfig, inputs: dict[str, str]) -> dict[str, 
     pool = TrainingPool(ctx.resources, spec)
     try:
         start, history = ctx.restore_checkpoint(pool)
-        progress = ctx.progress(cfg.iterations, start)
-        for it in range(start, cfg.iterations):
-            metrics = pool.iteration()
-            history.append({k: metrics[k] for k in ("episode/return", "episode/length") if k in metrics})
-            ctx.log_iteration(metrics, step=it)  # reaches MLflow with the checkpoint that covers it
-            progress.update(it, metrics)
-            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
-                ctx.save_checkpoint(pool, it, history)
-            ctx.fault_point(it, pool)
+        ctx.train(pool, cfg.iterations, cfg.checkpoint_every, ("episode/return", "episode/length"), start, history)
         actor = Actor(cfg.actor, pool.spaces["obs_dims"], pool.spaces["num_actions"])
         actor.load_state_dict(pool.actor_state())
     finally:

@@ -185,15 +185,7 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     keys = ["loss/dagger"] + [f"group/{g.name}/episode/{k}" for g in groups for k in ("length", "success_rate")]
     try:
         start, history = ctx.restore_checkpoint(pool)
-        progress = ctx.progress(cfg.iterations, start)
-        for it in range(start, cfg.iterations):
-            metrics = pool.iteration()
-            history.append({k: metrics[k] for k in keys if k in metrics})
-            ctx.log_iteration(metrics, step=it)
-            progress.update(it, metrics)
-            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
-                ctx.save_checkpoint(pool, it, history)
-            ctx.fault_point(it, pool)
+        ctx.train(pool, cfg.iterations, cfg.checkpoint_every, keys, start, history)
         uri = _register(ctx, pool, loco_env)
     finally:
         pool.close()

@@ -226,15 +226,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         if start == 0:  # the merged student's network and normaliser; its action noise is this stage's
             missing = pool.load_actor(weights)
             print(f"[llp] {ctx.stage}: the actor starts from {student.uri} (its own: {missing})", flush=True)
-        progress = ctx.progress(cfg.iterations, start)
-        for it in range(start, cfg.iterations):
-            metrics = pool.iteration()
-            history.append({k: metrics[k] for k in keys if k in metrics})
-            ctx.log_iteration(metrics, step=it)
-            progress.update(it, metrics)
-            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == cfg.iterations:
-                ctx.save_checkpoint(pool, it, history)
-            ctx.fault_point(it, pool)
+        ctx.train(pool, cfg.iterations, cfg.checkpoint_every, keys, start, history)
         uri = _register(ctx, pool, loco_env)
     finally:
         pool.close()
