@@ -186,7 +186,7 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     try:
         start, history = ctx.restore_checkpoint(pool)
         ctx.train(pool, cfg.iterations, cfg.checkpoint_every, keys, start, history)
-        uri = _register(ctx, pool, loco_env)
+        uri = register_student(ctx, pool, loco_env)
     finally:
         pool.close()
     panels = [("loss/dagger", "DAgger loss (all groups)")]
@@ -210,7 +210,8 @@ def skill_expert_policy(ctx, uri: str):
     return expert
 
 
-def _register(ctx, pool, env_cfg) -> str:
+def register_student(ctx, pool, env_cfg) -> str:
+    """Register the pool's actor as this stage's 'policy', with the deployment fields of ``env_cfg``."""
     from llp.learn.export import example_input, export_actor
     from llp.learn.models import Actor
 

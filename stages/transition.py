@@ -21,7 +21,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
-from llp.stages.common import checked_env_config, deployment_fields
+from llp.stages.common import checked_env_config
 from llp.stages.evaluate import EvaluateConfig
 from llp.stages.merge import STUDENT_OBS
 
@@ -172,7 +172,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
 
     from llp.actors.pool import TrainingPool
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
-    from llp.stages.merge import MergeConfig, locomotion_env, skill_expert_policy, skill_group_env
+    from llp.stages.merge import MergeConfig, locomotion_env, register_student, skill_expert_policy, skill_group_env
     from llp.stages.skill_expert import skill_references
 
     student = ctx.frozen_policy(inputs["student"])
@@ -227,7 +227,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
             missing = pool.load_actor(weights)
             print(f"[llp] {ctx.stage}: the actor starts from {student.uri} (its own: {missing})", flush=True)
         ctx.train(pool, cfg.iterations, cfg.checkpoint_every, keys, start, history)
-        uri = _register(ctx, pool, loco_env)
+        uri = register_student(ctx, pool, loco_env)
     finally:
         pool.close()
     ctx.log_learning_curve(
@@ -309,14 +309,3 @@ def _priors(ctx, cfg: TransitionConfig, teacher, skill_refs: list):
     robot = env.cfg.robot
     climb = torch.cat([motion_transitions(r, robot) for r in skill_refs])
     return walk, climb
-
-
-def _register(ctx, pool, env_cfg) -> str:
-    from llp.learn.export import example_input, export_actor
-    from llp.learn.models import Actor
-
-    dims = pool.spaces["obs_dims"]
-    actor = Actor(pool.spec.actor, dims, pool.spaces["num_actions"])
-    actor.load_state_dict(pool.actor_state())
-    module, spec = export_actor(actor.eval(), dims, **deployment_fields(env_cfg))
-    return ctx.register_policy("policy", module, spec.to_dict(), example_input(spec))
