@@ -59,9 +59,13 @@ def _course_env() -> dict[str, Any]:
             "amp": ["amp_features", "progress"],
         },
         "rewards": {"feet_phase": {"weight": 0.0}, "goal_reached": {"weight": 10.0}, "goal_approach": {"weight": 1.0}},
-        # LLP: episodes start before and at the obstacle: at the spawn, on the approach, and at the skill's start
-        # before the box's front (2.5 m)
-        "randomization": {"goal_starts": [[0.0, 0.0], [0.5, 1.9], [1.95, 2.15]]},
+        # LLP: episodes start before and at the obstacle; a start curriculum from the skill's start (0.35-0.55 m
+        # before the box's front, 2.5 m from the spawn) back to the spawn
+        "randomization": {
+            "goal_start_curriculum": True,
+            "goal_starts": [[1.95, 2.15], [1.75, 1.95], [1.5, 1.75], [1.2, 1.5], [0.8, 1.2]]
+            + [[0.4, 0.8], [0.0, 0.4], [0.0, 0.0]],
+        },
     }
 
 
@@ -77,7 +81,7 @@ def _skill_env() -> dict[str, Any]:
 
 
 def _ppo() -> PPOConfig:
-    return PPOConfig(rl_coef=1.0, dagger_coef=1.0, learning_rate=1e-4, schedule="adaptive", entropy_coef=0.0)
+    return PPOConfig(rl_coef=1.0, dagger_coef=1.0, learning_rate=1e-4, schedule="fixed", entropy_coef=0.0)
 
 
 def _actor() -> ActorConfig:
@@ -218,9 +222,11 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         groups=groups,
     )
     pool = TrainingPool(ctx.resources.for_groups(len(groups)), spec)
-    keys = ["loss/dagger", "amp/style_reward"] + [
-        f"group/{g.name}/episode/{k}" for g in groups for k in ("length", "success_rate")
-    ]
+    keys = (
+        ["loss/dagger", "amp/style_reward"]
+        + [f"group/{g.name}/episode/{k}" for g in groups for k in ("length", "success_rate")]
+        + ["group/course/episode/start_step"]
+    )
     try:
         start, history = ctx.restore_checkpoint(pool)
         if start == 0:  # the merged student's network and normaliser; its action noise is this stage's
@@ -234,6 +240,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         history,
         [
             ("group/course/episode/success_rate", "course: goal reached (training)"),
+            ("group/course/episode/start_step", "course: start curriculum step (0: the skill's start)"),
             ("amp/style_reward", "AMP style reward (course)"),
             ("loss/dagger", "DAgger loss (expert groups)"),
         ],

@@ -236,6 +236,34 @@ def test_goal_tiles_start_episodes_along_the_course_where_goal_starts_says():
         make_env(terrain=climb, randomization={"goal_starts": [[2.0, 1.0]]})
 
 
+def test_a_start_curriculum_moves_each_env_back_after_reaching_the_goal_and_on_after_failing():
+    """With goal_start_curriculum, goal_starts are steps from the easiest (nearest the goal) to the hardest:
+    every env starts at the first; reaching the goal moves it one step back along the course, failing one step
+    forward, within the list; the step each episode began at is in its summary."""
+    climb = {"tile_types": ["climb"], "num_levels": 1, "climb_heights": [0.30]}
+    steps = [[2.0, 2.1], [1.0, 1.1], [0.0, 0.0]]
+    env = make_env(
+        num_envs=4, seed=1, terrain=climb, randomization={"goal_starts": steps, "goal_start_curriculum": True}
+    )
+    tile = env.terrain.tiles[0]
+    along = env.spawn_xy[:, 0] - tile.spawn[0]
+    assert ((along >= 2.0) & (along <= 2.1)).all()  # all at the first step
+    ids = np.arange(4)
+    reached = np.array([True, True, False, False])
+    for _ in range(3):  # three successes take envs 0-1 to the last step (and no further); failures stay at 0
+        env._update_curriculum(ids, np.zeros(4, dtype=bool), reached)
+    assert env.start_step.tolist() == [2, 2, 0, 0]
+    env._update_curriculum(ids, np.zeros(4, dtype=bool), np.array([False, True, False, True]))
+    assert env.start_step.tolist() == [1, 2, 0, 1]
+    env._reset_envs(ids)
+    along = env.spawn_xy[:, 0] - tile.spawn[0]
+    np.testing.assert_allclose(along[[1, 2]], [0.0, along[2]])
+    assert 1.0 <= along[0] <= 1.1 and 2.0 <= along[2] <= 2.1 and 1.0 <= along[3] <= 1.1
+    summary = env._episode_summary(ids, np.zeros(4, dtype=bool), np.zeros(4, dtype=bool))
+    assert summary["start_step"].tolist() == [1, 2, 0, 1]
+    assert "start_step" not in make_env(num_envs=2, terrain=climb)._episode_summary(ids[:2], *[np.zeros(2, bool)] * 2)
+
+
 def test_a_climb_tiles_platform_depth_and_goal_are_set_by_config_and_must_fit_the_tile():
     """The transition course uses the skill's own box (0.6 m deep, 1.2 m wide, the goal 0.4 m onto it): the
     terrain's heights, the recorded obstacle and the goal all follow the config."""

@@ -55,6 +55,7 @@ class EpisodeStats:
         self.successes: list[float] = []
         self.falls: list[float] = []
         self.levels: list[float] = []
+        self.start_steps: list[float] = []
 
     def add(self, episode: dict) -> None:
         self.returns += [float(x) for x in episode["return"]]
@@ -64,6 +65,8 @@ class EpisodeStats:
             self.successes += [float(x) for x in episode["success"]]
         if "level" in episode:
             self.levels += [float(x) for x in episode["level"]]
+        if "start_step" in episode:
+            self.start_steps += [float(x) for x in episode["start_step"]]
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -76,6 +79,8 @@ class EpisodeStats:
             out["episode/success_rate"] = sum(self.successes) / len(self.successes)
         if self.levels:
             out["episode/terrain_level"] = sum(self.levels) / len(self.levels)
+        if self.start_steps:
+            out["episode/start_step"] = sum(self.start_steps) / len(self.start_steps)
         return out
 
 

@@ -108,6 +108,12 @@ class RandomizationConfig:
         "(metres); each episode draws a range, then a point in it. [[0, 0]]: at the spawn. LLP's transition "
         "stage starts episodes before, on and after the obstacle (keep the ranges off the obstacle's edges).",
     )
+    goal_start_curriculum: bool = field(
+        default=False,
+        doc="Goal tiles: goal_starts are the steps of a start curriculum, listed from the easiest (nearest the "
+        "goal) to the hardest. Each env starts at the first and moves one step on after reaching the goal, "
+        "one step back after an episode that did not (a reverse curriculum: Florensa et al. 2017).",
+    )
 
     def validate(self, path: str) -> None:
         check(len(self.goal_starts) >= 1, f"{path}.goal_starts", "needs at least one range, e.g. [[0, 0]]")

@@ -132,6 +132,7 @@ class ParkourEnv:
             self.level = self.rng.integers(0, max_init + 1, size=n)
         self.tile_ids = self.level * self.num_columns + self.column
         self.spawn_xy = np.zeros((n, 2))
+        self.start_step = np.zeros(n, dtype=int)  # goal tiles: this env's step of a start curriculum
         self.command = np.zeros((n, 3))
         self.heading_target = np.zeros(n)
         self.heading_env = np.ones(n, dtype=bool)  # this env's command is a heading (else a yaw rate)
@@ -201,7 +202,9 @@ class ParkourEnv:
                 yaw[j] = rng.uniform(-np.pi, np.pi)
             else:  # along the course (+x) from the spawn, by a drawn range of goal_starts
                 if along:  # (the default draws nothing: the same trials as before the option)
-                    lo, hi = starts[rng.integers(len(starts))]
+                    curriculum = cfg.randomization.goal_start_curriculum
+                    step = self.start_step[env] if curriculum else rng.integers(len(starts))
+                    lo, hi = starts[step]
                     x += rng.uniform(lo, hi)
                 y += rng.uniform(-jitter, jitter) * 0.5
             ground = float(self.terrain.height_at(np.array([x, y]))[()])
@@ -495,7 +498,7 @@ class ParkourEnv:
         return terminated, truncated, success
 
     def _episode_summary(self, ids: np.ndarray, terminated: np.ndarray, success: np.ndarray) -> dict:
-        return {
+        summary = {
             "env_ids": ids.copy(),
             "return": self.episode_return[ids].copy(),
             "length": self.episode_length[ids].copy(),
@@ -504,8 +507,16 @@ class ParkourEnv:
             "level": self.level[ids].copy(),
             "terms": {n: self.episode_terms[ids, i].copy() for i, n in enumerate(self.reward_names)},
         }
+        if self.cfg.randomization.goal_start_curriculum:  # the start curriculum's step each episode began at
+            summary["start_step"] = self.start_step[ids].copy()
+        return summary
 
     def _update_curriculum(self, ids: np.ndarray, terminated: np.ndarray, success: np.ndarray) -> None:
+        if self.cfg.randomization.goal_start_curriculum:  # starts: on after reaching the goal, back otherwise
+            goal = self.tile_has_goal[self.tile_ids[ids]]
+            step = self.start_step[ids] + np.where(success[ids], 1, -1)
+            last = len(self.cfg.randomization.goal_starts) - 1
+            self.start_step[ids] = np.where(goal, np.clip(step, 0, last), self.start_step[ids])
         if not self.cfg.curriculum.enabled:
             return
         distance = np.linalg.norm(self.qpos[ids, 0:2] - self.spawn_xy[ids], axis=1)
