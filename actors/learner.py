@@ -39,7 +39,7 @@ class HoldsLearner:
             return self.learner.load(str(path))
 
     def actor_state(self) -> dict:
-        return self.learner.actor.state_dict()
+        return {k: v.detach().cpu() for k, v in self.learner.actor.state_dict().items()}
 
     def load_actor(self, state: dict) -> list[str]:
         """Start from another policy's actor weights (its network and normaliser; the action noise stays this
@@ -75,7 +75,14 @@ class LearnerWorker(HoldsLearner):
         torch.manual_seed(spec.seed)  # data-parallel learners start from the same networks
         # the expert group of every env it will see: by tile type, or (env groups) by the simulator's group
         groups = env_groups if env_groups is not None else teacher_groups(spec, np.tile(spaces["columns"], num_sims))
-        self.learner = build_learner(spec, spaces["obs_dims"], spaces["num_actions"], groups, rl_envs, amp_envs)
+        self.device = learner_device()
+        self.learner = build_learner(
+            spec, spaces["obs_dims"], spaces["num_actions"], groups, rl_envs, amp_envs, device=self.device
+        )
+
+    def device_name(self) -> str:
+        """Where this learner's networks and updates are: ``cpu`` or ``cuda:<n>``."""
+        return str(self.learner.device)
 
     def rendezvous(self) -> str:
         """Rank 0's ``tcp://HOST:PORT`` for the learners' process group (a free port on this node)."""
@@ -99,3 +106,12 @@ class LearnerWorker(HoldsLearner):
         """One learning step; returns (metrics, weights)."""
         rollout = rollouts[0] if len(rollouts) == 1 else Rollout.concat_envs(list(rollouts))
         return self.learner.update(rollout), self.weights()
+
+
+def learner_device() -> str:
+    """``cuda`` when Ray gave this actor a GPU (the pool's ``learner_gpus``) and torch sees one, else ``cpu``."""
+    import ray
+
+    if torch.cuda.is_available() and ray.is_initialized() and ray.get_gpu_ids():
+        return "cuda"
+    return "cpu"

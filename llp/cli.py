@@ -447,7 +447,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.what == "learner":
         from llp.bench.learner import run
 
-        result = run()
+        result = run(device=args.device, num_envs=args.num_envs)
     elif args.what == "rllib":
         from llp.bench.rllib import run
 
@@ -780,6 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--num-envs", type=int, default=64)
     b.add_argument("--steps", type=int, default=200, help="sim: policy steps per measurement")
     b.add_argument("--iterations", type=int, default=6, help="rllib: training iterations per library")
+    b.add_argument("--device", default="cpu", help="learner: where the update runs (cpu, cuda)")
     b.add_argument("--scenario", action="append", metavar="NAME",
                    help="faults: run only this scenario (repeatable; default: all)")  # fmt: skip
     b.set_defaults(fn=cmd_bench)
@@ -841,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ValueError as err:
         if args.command in ("run", "resume", "submit", "ablate", "compare", "evaluate", "seeds", "refs", "play",
-                            "render"):  # fmt: skip
+                            "render", "bench"):  # fmt: skip
             print(f"llp: {err}", file=sys.stderr)
             return 2
         raise

@@ -32,6 +32,7 @@ def test_feedforward_minibatches_cover_every_sample_when_the_count_does_not_divi
 
 
 def test_recurrent_minibatches_cover_every_window():
+    """A recurrent minibatch is a random subset of envs with all their windows (rsl_rl's recurrent batches)."""
     env = CueMemory(num_envs=5, horizon=5)
     ppo, collector = _ppo(
         env,
@@ -39,10 +40,13 @@ def test_recurrent_minibatches_cover_every_window():
         {"num_steps": 6, "bptt_length": 3, "num_minibatches": 4},
         critic_obs="teacher/cue",
     )
-    ro = collector.collect()  # 2 windows in time x 5 envs = 10 windows into 4 minibatches
-    batches = [w for _, w in ppo._minibatches(ro)]
-    assert sorted(len(b) for b in batches) == [2, 2, 3, 3]
-    assert sorted(w for b in batches for w in b) == sorted((s, e) for s in (0, 3) for e in range(5))
+    ro = collector.collect()  # 5 envs into 4 minibatches, each env with its 2 windows in time
+    batches = [envs for _, envs in ppo._minibatches(ro)]
+    assert sorted(len(b) for b in batches) == [1, 1, 1, 2]
+    assert sorted(torch.cat(batches).tolist()) == list(range(5))
+    samples = [ppo.evaluate(ro, ("windows", b)) for b in batches]
+    covered = sorted((int(t), int(e)) for ev in samples for t, e in zip(ev["t"], ev["e"]))
+    assert covered == sorted((t, e) for t in range(6) for e in range(5))  # every (step, env) once
     ppo.update(ro)  # and the update runs on them
 
 

@@ -1,6 +1,7 @@
-"""`llp bench learner`: PPO update throughput on CPU for the paper-size networks.
+"""`llp bench learner`: PPO update throughput for the paper-size networks, on the CPU or a GPU (``--device``).
 
-Synthetic rollouts of the real observation sizes (64 envs x 24 steps): the
+Synthetic rollouts of the real observation sizes (``--num-envs``, 64 by default, x 24 steps), made on the
+device the learner runs on: the
 locomotion teacher (MLP [512, 256, 128] over 5 stacked frames of proprioception,
 command and the 187-point scan; privileged critic of the same size) and the
 depth student (MLP encoder [512, 256] over a 64x36 depth image plus
@@ -21,7 +22,7 @@ from llp.learn.ppo import PPO
 from llp.learn.storage import Rollout
 
 
-def _rollout(actor: Actor, critic: Critic, T: int, N: int, recon: int | None) -> Rollout:
+def _rollout(actor: Actor, critic: Critic, T: int, N: int, recon: int | None, device: str) -> Rollout:
     A = actor.num_actions
     obs = torch.randn(T, N, actor.obs_dim)
     frames = fresh = hidden = None
@@ -52,25 +53,37 @@ def _rollout(actor: Actor, critic: Critic, T: int, N: int, recon: int | None) ->
         fresh=fresh,
         hidden=hidden,
         recon_targets=torch.randn(T, N, recon) if recon else None,
-    )
+    ).to(device)
 
 
-def _measure(actor_cfg: dict, critic_cfg: dict, dims: dict, ppo_cfg: dict, recon: int | None, repeats: int) -> float:
+def _measure(
+    actor_cfg: dict, critic_cfg: dict, dims: dict, ppo_cfg: dict, recon: int | None, repeats: int, device: str, n: int
+) -> float:
     torch.manual_seed(0)
-    actor = Actor(build(ActorConfig, actor_cfg), dims, 21)
-    critic = Critic(build(CriticConfig, critic_cfg), dims)
+    actor = Actor(build(ActorConfig, actor_cfg), dims, 21).to(device)
+    critic = Critic(build(CriticConfig, critic_cfg), dims).to(device)
     cfg = build(PPOConfig, ppo_cfg)
     ppo = PPO(actor, critic, cfg)
-    ro = _rollout(actor, critic, cfg.num_steps, 64, recon)
+    ro = _rollout(actor, critic, cfg.num_steps, n, recon, device)
     ppo.update(ro)  # warm-up
+    _wait(device)
     t0 = time.perf_counter()
     for _ in range(repeats):
         ppo.update(ro)
+    _wait(device)
     elapsed = time.perf_counter() - t0
-    return repeats * cfg.num_steps * 64 * cfg.num_epochs / elapsed
+    return repeats * cfg.num_steps * n * cfg.num_epochs / elapsed
 
 
-def run(repeats: int = 3, threads: int = 1) -> dict:
+def _wait(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run(repeats: int = 3, threads: int = 1, device: str = "cpu", num_envs: int = 64) -> dict:
+    kind = torch.device(device).type
+    if kind not in ("cpu", "cuda") or (kind == "cuda" and not torch.cuda.is_available()):
+        raise ValueError(f"--device {device}: choose cpu, or cuda where torch sees a GPU (it sees none here)")
     torch.set_num_threads(threads)
     dims = {
         "policy": {"proprio": 69, "command": 3, "height_scan": 187, "depth": 64 * 36},
@@ -91,6 +104,8 @@ def run(repeats: int = 3, threads: int = 1) -> dict:
         {"num_steps": 24},
         None,
         repeats,
+        device,
+        num_envs,
     )
     student = _measure(
         {
@@ -105,10 +120,13 @@ def run(repeats: int = 3, threads: int = 1) -> dict:
         {"num_steps": 24, "bptt_length": 24, "recon_coef": 1.0},
         187,
         repeats,
+        device,
+        num_envs,
     )
     return {
+        "device": str(torch.device(device)),
         "threads": threads,
-        "num_envs": 64,
+        "num_envs": num_envs,
         "num_steps": 24,
         "epochs": 5,
         "minibatches": 4,

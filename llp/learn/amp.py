@@ -42,14 +42,16 @@ def gradient_penalty(disc: nn.Module, reference: torch.Tensor, weight: float) ->
     return 0.5 * weight * grad.pow(2).sum(dim=-1).mean()
 
 
-def phase_weights(progress: torch.Tensor, triggers: list[float], hand_off: str, width: float) -> torch.Tensor:
-    """Weight of each phase for each sample: progress [...] -> [..., len(triggers) + 1], rows sum to 1."""
-    if not triggers:
-        return torch.ones(*progress.shape, 1)
+def phase_weights(progress: torch.Tensor, triggers, hand_off: str, width: float) -> torch.Tensor:
+    """Weight of each phase for each sample: progress [...] -> [..., len(triggers) + 1], rows sum to 1.
+    ``triggers``: a list, or a tensor on ``progress``'s device."""
+    if len(triggers) == 0:
+        return torch.ones(*progress.shape, 1, device=progress.device)
     if hand_off == "hard":
-        t = torch.tensor(triggers, dtype=progress.dtype)
+        t = triggers.to(progress.dtype) if torch.is_tensor(triggers) else torch.tensor(triggers, dtype=progress.dtype)
         idx = torch.bucketize(progress, t, right=True)  # at a trigger exactly, the later phase
-        return F.one_hot(idx, len(triggers) + 1).to(progress.dtype)
+        phases = torch.arange(len(triggers) + 1, device=progress.device)
+        return (idx[..., None] == phases).to(progress.dtype)  # (one_hot would check the indices on the host)
     # smooth: phase k is "past trigger k-1 and not past trigger k", each step a logistic
     past = [torch.sigmoid((progress - t) / width) for t in triggers]
     weights = []
@@ -84,9 +86,23 @@ class AMP:
         self.cfg, self.dt, self.envs = cfg, dt, envs
         self.references = references
         self.discriminators = nn.ModuleList([Discriminator(feature_dim, cfg.hidden_dims) for _ in references])
-        self.optimizer = torch.optim.Adam(self.discriminators.parameters(), lr=cfg.learning_rate)
+        self.optimizer = torch.optim.Adam(self.discriminators.parameters(), lr=cfg.learning_rate, fused=True)
+        self.triggers = torch.tensor(cfg.triggers, dtype=torch.float32)
+        self.env_index = None if envs is None else torch.nonzero(envs)[:, 0]  # (indexing by it reads nothing back)
         for d, ref in zip(self.discriminators, references):
             d.normalizer.update(ref)
+
+    def to(self, device: str | torch.device) -> AMP:
+        """Discriminators, references and the covered envs on ``device`` (before any update)."""
+        self.discriminators.to(device)
+        self.references = [r.to(device) for r in self.references]
+        self.triggers = self.triggers.to(device)
+        self.envs = None if self.envs is None else self.envs.to(device)
+        self.env_index = None if self.env_index is None else self.env_index.to(device)
+        return self
+
+    def _phase_weights(self, progress: torch.Tensor) -> torch.Tensor:
+        return phase_weights(progress, self.triggers, self.cfg.hand_off, self.cfg.smooth_width)
 
     def _style(self, logits: torch.Tensor) -> torch.Tensor:
         if self.cfg.loss == "bce":
@@ -97,7 +113,7 @@ class AMP:
     def style_reward(self, obs: torch.Tensor, next_obs: torch.Tensor, progress: torch.Tensor) -> torch.Tensor:
         """Style reward per transition: obs, next_obs [..., F], progress [...] -> [...] (phase-weighted)."""
         x = torch.cat([obs, next_obs], dim=-1)
-        w = phase_weights(progress, self.cfg.triggers, self.cfg.hand_off, self.cfg.smooth_width)
+        w = self._phase_weights(progress)
         rewards = torch.stack([self._style(d(x)) for d in self.discriminators], dim=-1)
         return (w * rewards).sum(dim=-1)
 
@@ -106,31 +122,41 @@ class AMP:
         style = self.style_reward(rollout.amp_obs, rollout.extras["amp_next"], rollout.amp_phase)
         if self.envs is not None:
             style = style * self.envs[None, :].to(style.dtype)
-        extra = torch.zeros(*style.shape, num_groups)
+        extra = torch.zeros(*style.shape, num_groups, device=style.device)
         extra[..., self.cfg.reward_group] = self.cfg.style_coef * self.dt * style
         return extra
 
     def update(self, rollout) -> dict[str, float]:
-        """Train each phase's discriminator: reference transitions vs. the policy's, for its phase."""
+        """Train each phase's discriminator: reference transitions vs. the policy's, for its phase. Reads the
+        phases' sample counts back to the host once; the metrics once at the end."""
+        from llp.learn.models import update_normalization
+        from llp.learn.ppo import read_back
+
         obs, nxt, progress = rollout.amp_obs, rollout.extras["amp_next"], rollout.amp_phase
-        if self.envs is not None:  # the policy's transitions in the envs it covers only
-            obs, nxt, progress = obs[:, self.envs], nxt[:, self.envs], progress[:, self.envs]
+        if self.env_index is not None:  # the policy's transitions in the envs it covers only
+            e = self.env_index
+            obs, nxt, progress = obs[:, e], nxt[:, e], progress[:, e]
         policy = torch.cat([obs, nxt], dim=-1).reshape(-1, 2 * obs.shape[-1])
-        w = phase_weights(progress, self.cfg.triggers, self.cfg.hand_off, self.cfg.smooth_width)
+        w = self._phase_weights(progress)
         phase = w.reshape(-1, w.shape[-1]).argmax(dim=-1)
-        metrics: dict[str, float] = {}
+        counts = torch.bincount(phase, minlength=len(self.references)).cpu().tolist()
+        # the samples grouped by phase, shuffled within each: phase k's are order[start_k : start_k + count_k]
+        order = torch.argsort(phase.to(policy.dtype) + torch.rand(len(phase), device=policy.device))
+        values: dict[str, torch.Tensor] = {}
+        start = 0
         for k, (disc, ref) in enumerate(zip(self.discriminators, self.references)):
-            samples = policy[phase == k]
-            if len(samples) == 0:
+            samples = policy[order[start : start + counts[k]]]
+            start += counts[k]
+            if counts[k] == 0:
                 continue
-            disc.normalizer.update(samples)
-            mb = max(1, len(samples) // self.cfg.num_minibatches)
-            perm = torch.randperm(len(samples))
+            if isinstance(disc.normalizer, EmpiricalNormalization):
+                update_normalization(disc.normalizer, samples)
+            mb = max(1, counts[k] // self.cfg.num_minibatches)
             for j in range(self.cfg.num_minibatches):
-                pol = samples[perm[j * mb : (j + 1) * mb]]
+                pol = samples[j * mb : (j + 1) * mb]
                 if len(pol) == 0:
                     continue
-                refb = ref[torch.randint(len(ref), (len(pol),))]
+                refb = ref[torch.randint(len(ref), (len(pol),), device=ref.device)]
                 d_ref, d_pol = disc(refb), disc(pol)
                 if self.cfg.loss == "bce":
                     loss = F.binary_cross_entropy_with_logits(
@@ -142,11 +168,11 @@ class AMP:
                 self.optimizer.zero_grad()
                 (loss + gp).backward()
                 self.optimizer.step()
-                metrics[f"amp/phase{k}_loss"] = float(loss.detach())
-                metrics[f"amp/phase{k}_grad_penalty"] = float(gp.detach())
-                metrics[f"amp/phase{k}_d_ref"] = float(d_ref.detach().mean())
-                metrics[f"amp/phase{k}_d_policy"] = float(d_pol.detach().mean())
-        return metrics
+                values[f"amp/phase{k}_loss"] = loss.detach()
+                values[f"amp/phase{k}_grad_penalty"] = gp.detach()
+                values[f"amp/phase{k}_d_ref"] = d_ref.detach().mean()
+                values[f"amp/phase{k}_d_policy"] = d_pol.detach().mean()
+        return read_back(values)
 
     def state_dict(self) -> dict:
         return {"discriminators": self.discriminators.state_dict(), "optimizer": self.optimizer.state_dict()}

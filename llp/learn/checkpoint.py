@@ -62,16 +62,14 @@ def save_checkpoint(
 
 def load_checkpoint(path: str | Path, learner, *, amp=None, restore_rng: bool = True) -> dict:
     """Restore ``learner`` (and ``amp``) from ``path``; returns the checkpoint dict (iteration, history, extra)."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = torch.load(path, map_location="cpu", weights_only=False)  # then onto the learner's device
     if state.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path}: unsupported checkpoint format {state.get('format')!r}")
     learner.actor.load_state_dict(state["actor"])
     if learner.critic is not None and state["critic"] is not None:
         learner.critic.load_state_dict(state["critic"])
     learner.optimizer.load_state_dict(state["optimizer"])
-    learner.learning_rate = state["learning_rate"]
-    for group in learner.optimizer.param_groups:
-        group["lr"] = learner.learning_rate
+    learner.learning_rate = state["learning_rate"]  # (and every parameter group reads the learner's rate again)
     if amp is not None and state["amp"] is not None:
         amp.load_state_dict(state["amp"])
     if restore_rng:

@@ -15,12 +15,23 @@ from __future__ import annotations
 import torch
 
 
-def sample_weights(groups: torch.Tensor | None, num_samples: int, balance_groups: bool) -> torch.Tensor:
-    """Weights [num_samples] summing to 1 (see module doc); ``groups`` [num_samples] holds group ids."""
+def sample_weights(
+    groups: torch.Tensor | None,
+    num_samples: int,
+    balance_groups: bool,
+    num_groups: int | None = None,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """Weights [num_samples] summing to 1 (see module doc); ``groups`` [num_samples] holds group ids from -1
+    (no teacher) to ``num_groups - 2`` (None: read from ``groups``). Counted on the groups' device: given
+    ``num_groups``, nothing is read back to the host."""
     if groups is None or not balance_groups:
-        return torch.full((num_samples,), 1.0 / num_samples)
-    ids, inverse, counts = torch.unique(groups, return_inverse=True, return_counts=True)
-    return 1.0 / (len(ids) * counts[inverse].to(torch.float32))
+        return torch.full((num_samples,), 1.0 / num_samples, device=device)
+    slots = groups.long() + 1
+    size = int(groups.max()) + 2 if num_groups is None else max(num_groups, 1)
+    counts = torch.zeros(size, device=groups.device).scatter_add_(0, slots, torch.ones_like(slots, dtype=torch.float32))
+    present = (counts > 0).sum().to(torch.float32)
+    return 1.0 / (present * counts[slots])
 
 
 def dagger_loss(student_mean: torch.Tensor, teacher_action: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

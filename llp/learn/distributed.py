@@ -51,10 +51,19 @@ def mean(value: float) -> float:
     return float(t) / dist.get_world_size()
 
 
-def any_true(flag: bool) -> bool:
-    """True on every learner if it is true on one."""
+def mean_tensor(value: torch.Tensor) -> torch.Tensor:
+    """The mean of a tensor over the learners, on its own device (no read back to the host)."""
+    if not active():
+        return value
+    t = value.detach().clone()
+    dist.all_reduce(t)
+    return t / dist.get_world_size()
+
+
+def any_true(flag: bool, device: str | torch.device = "cpu") -> bool:
+    """True on every learner if it is true on one (``device``: where the process group's backend reduces)."""
     if not active():
         return flag
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())

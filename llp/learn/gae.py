@@ -60,9 +60,16 @@ def combine_advantages(
     then combined as sum_h weights[h] * A_h. With a single group this is the usual
     PPO advantage normalisation.
     """
-    # mask [N]: the envs whose advantages count (the statistics are theirs)
-    flat = (advantages if mask is None else advantages[:, mask]).reshape(-1, advantages.shape[-1])
+    # mask [N]: the envs whose advantages count (the statistics are theirs; weighted, not selected, so that no
+    # count is read back from a GPU)
     if normalize:
-        mean, std = flat.mean(dim=0), flat.std(dim=0)
+        if mask is None:
+            flat = advantages.reshape(-1, advantages.shape[-1])
+            mean, std = flat.mean(dim=0), flat.std(dim=0)
+        else:
+            w = mask.to(advantages.dtype)[None, :, None].expand_as(advantages)
+            n = w.sum(dim=(0, 1))
+            mean = (advantages * w).sum(dim=(0, 1)) / n.clamp_min(1.0)
+            std = (((advantages - mean) ** 2 * w).sum(dim=(0, 1)) / (n - 1).clamp_min(1.0)).sqrt()
         advantages = (advantages - mean) / (std + 1e-8)
     return (advantages * weights).sum(dim=-1)

@@ -19,7 +19,7 @@ from llp.learn import distributed
 from llp.learn.amp import AMP
 from llp.learn.checkpoint import load_checkpoint, save_checkpoint
 from llp.learn.models import Actor, Critic, parse_refs, term_width
-from llp.learn.ppo import PPO
+from llp.learn.ppo import PPO, read_back
 from llp.learn.rollout import RolloutCollector, Teacher
 from llp.learn.spec import TrainSpec
 from llp.learn.storage import Rollout
@@ -47,15 +47,19 @@ class Learner:
     def actor(self) -> Actor:
         return self.ppo.actor
 
+    @property
+    def device(self) -> torch.device:
+        return self.ppo.device
+
     def update(self, rollout: Rollout) -> dict[str, float]:
         before = self._state()
         if self.poison_next > 0:
             self.poison_next -= 1
             rollout.rewards = rollout.rewards.clone()
             rollout.rewards[0, 0, 0] = float("nan")
-        metrics = self._update(rollout)
+        metrics = self._update(rollout.to(self.device))
         bad = sorted(k for k, v in metrics.items() if not math.isfinite(v)) + self._nonfinite_parameters()
-        if distributed.any_true(bool(bad)) and not bad:  # another data-parallel learner's update went bad
+        if distributed.any_true(bool(bad), self.device) and not bad:  # another data-parallel learner's update went bad
             bad = ["another learner's update"]
         if not bad:
             self.nonfinite_streak = 0
@@ -96,17 +100,22 @@ class Learner:
             self.amp.load_state_dict(state["amp"])
 
     def _nonfinite_parameters(self) -> list[str]:
+        """The names of the floating-point tensors holding a NaN or an Inf (one read back to the host)."""
         modules = {"actor": self.ppo.actor, "critic": self.ppo.critic}
         if self.amp is not None:
             modules["amp"] = self.amp
-        bad = []
+        names, finite = [], []
         for prefix, module in modules.items():
             if module is None or not hasattr(module, "state_dict"):
                 continue
             for name, value in module.state_dict().items():
-                if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
-                    bad.append(f"{prefix}.{name}")
-        return bad
+                if torch.is_tensor(value) and value.is_floating_point():
+                    names.append(f"{prefix}.{name}")
+                    finite.append(torch.isfinite(value).all())
+        if not finite:
+            return []
+        flags = torch.stack(finite).cpu().tolist()
+        return [n for n, ok in zip(names, flags) if not ok]
 
     def _update(self, rollout: Rollout) -> dict[str, float]:
         extra = None
@@ -116,20 +125,46 @@ class Learner:
             with torch.no_grad():  # what the style reward did to the advantages (diagnostic)
                 with_style, _ = self.ppo.advantages(rollout, extra)
                 without, _ = self.ppo.advantages(rollout, None)
-            metrics["amp/advantage_change"] = float((with_style - without).abs().mean())
             style = extra[..., self.amp.cfg.reward_group]
-            style = style if self.amp.envs is None else style[:, self.amp.envs]  # the envs it covers
-            metrics["amp/style_reward"] = float(style.mean() / (self.amp.cfg.style_coef * self.amp.dt))
+            style = style if self.amp.env_index is None else style[:, self.amp.env_index]  # the envs it covers
+            metrics = read_back(
+                {
+                    "amp/advantage_change": (with_style - without).abs().mean(),
+                    "amp/style_reward": style.mean() / (self.amp.cfg.style_coef * self.amp.dt),
+                }
+            )
         metrics.update(self.ppo.update(rollout, extra_rewards=extra))
         if self.amp is not None:
             metrics.update(self.amp.update(rollout))
         return metrics
 
     def weights(self) -> dict:
+        """The networks' weights on the CPU (for the simulators, wherever the learner runs)."""
         return {
-            "actor": self.ppo.actor.state_dict(),
-            "critic": None if self.ppo.critic is None else self.ppo.critic.state_dict(),
+            "actor": _on_cpu(self.ppo.actor.state_dict()),
+            "critic": None if self.ppo.critic is None else _on_cpu(self.ppo.critic.state_dict()),
         }
+
+    def to(self, device: str | torch.device) -> Learner:
+        """Networks, optimiser state, discriminators and the PPO's per-env tensors on ``device``; a new
+        learner's, or one restored from a checkpoint (either device's)."""
+        device = torch.device(device)
+        state = self.ppo.optimizer.state_dict()
+        self.ppo.actor.to(device)
+        if self.ppo.critic is not None:
+            self.ppo.critic.to(device)
+        ppo = PPO(self.ppo.actor, self.ppo.critic, self.ppo.cfg, None, self.ppo.rl_envs)
+        ppo.env_groups, ppo.num_groups = _moved(self.ppo.env_groups, device), self.ppo.num_groups
+        ppo.optimizer.load_state_dict(state)
+        ppo.set_learning_rate(self.ppo.learning_rate)
+        self.ppo = ppo
+        if self.amp is not None:
+            self.amp.to(device)
+            amp_state = self.amp.optimizer.state_dict()
+            params = self.amp.discriminators.parameters()
+            self.amp.optimizer = torch.optim.Adam(params, lr=self.amp.cfg.learning_rate, fused=True)
+            self.amp.optimizer.load_state_dict(amp_state)
+        return self
 
     def save(self, path: str, iteration: int, history: list) -> str:
         return str(save_checkpoint(path, self.ppo, iteration, amp=self.amp, history=history))
@@ -137,6 +172,14 @@ class Learner:
     def load(self, path: str) -> dict:
         state = load_checkpoint(path, self.ppo, amp=self.amp)
         return {"iteration": state["iteration"], "history": state["history"]}
+
+
+def _on_cpu(state: dict) -> dict:
+    return {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in state.items()}
+
+
+def _moved(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if t is None else t.to(device)
 
 
 def build_networks(spec: TrainSpec, obs_dims: dict, num_actions: int) -> tuple[Actor, Critic | None]:
@@ -152,16 +195,20 @@ def build_learner(
     env_groups: torch.Tensor | None,
     rl_envs: torch.Tensor | None = None,
     amp_envs: torch.Tensor | None = None,
+    device: str | torch.device = "cpu",
 ) -> Learner:
     """The learner for ``spec`` on envs with observation widths ``obs_dims``; ``env_groups`` [N] is the teacher
     group of every env the learner will see (for balanced DAgger weights), ``rl_envs`` [N] the envs PPO's loss
-    covers and ``amp_envs`` [N] those the AMP prior covers (None: all)."""
+    covers and ``amp_envs`` [N] those the AMP prior covers (None: all); the learner works on ``device``."""
     actor, critic = build_networks(spec, obs_dims, num_actions)
+    actor.to(device)
+    if critic is not None:
+        critic.to(device)
     ppo = PPO(actor, critic, spec.ppo, env_groups=env_groups if spec.ppo.balance_groups else None, rl_envs=rl_envs)
     amp = None
     if spec.amp is not None:
         width = term_width(obs_dims, parse_refs([spec.amp.features]))
-        amp = AMP(spec.amp.cfg, width, spec.amp.references, dt=spec.env.policy_dt, envs=amp_envs)
+        amp = AMP(spec.amp.cfg, width, spec.amp.references, dt=spec.env.policy_dt, envs=amp_envs).to(device)
     return Learner(ppo, amp)
 
 

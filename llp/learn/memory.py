@@ -64,7 +64,7 @@ def stack_frames(frame: torch.Tensor, memory: Memory, num_frames: int) -> tuple[
         return frame[:, None, :], memory
     history = memory.frames
     fresh = memory.fresh
-    if fresh is not None and bool(fresh.any()):
+    if fresh is not None:  # (always: a test of any() would read back from a GPU every step)
         filled = frame[:, None, :].expand(-1, num_frames - 1, -1)
         history = torch.where(fresh[:, None, None], filled, history)
     stacked = torch.cat([history, frame[:, None, :]], dim=1)

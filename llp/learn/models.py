@@ -70,7 +70,33 @@ class _Normalizer(nn.Module):
 
     def update(self, x: torch.Tensor) -> None:
         if self.enabled:
-            self.norm.update(x.reshape(-1, x.shape[-1]))
+            update_normalization(self.norm, x.reshape(-1, x.shape[-1]))
+
+
+def update_normalization(norm: EmpiricalNormalization, x: torch.Tensor) -> None:
+    """rsl_rl's running-statistics update of ``norm`` with a batch x [B, D], written so that nothing crosses
+    between host and device (rsl_rl builds the batch count from a host integer): the same numbers, and the
+    same reduction over data-parallel learners."""
+    if not norm.training:
+        return
+    count_x = torch.full((), x.shape[0], dtype=norm.count.dtype, device=x.device)
+    var_x = torch.var(x, dim=0, unbiased=False, keepdim=True)
+    mean_x = torch.mean(x, dim=0, keepdim=True)
+    if torch.distributed.is_initialized():  # the global mean, then the local variances around it
+        local_mean_x = mean_x
+        torch.distributed.all_reduce(count_x)
+        mean_sum_x = mean_x * x.shape[0]
+        torch.distributed.all_reduce(mean_sum_x)
+        mean_x = mean_sum_x / count_x
+        var_sum_x = x.shape[0] * (var_x + (local_mean_x - mean_x).square())
+        torch.distributed.all_reduce(var_sum_x)
+        var_x = var_sum_x / count_x
+    norm.count += count_x
+    rate = count_x / norm.count
+    delta_mean = mean_x - norm._mean
+    norm._mean += rate * delta_mean
+    norm._var += rate * (var_x - norm._var + delta_mean * (mean_x - norm._mean))
+    norm._std = torch.sqrt(norm._var)
 
 
 class Actor(nn.Module):

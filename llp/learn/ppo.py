@@ -10,7 +10,12 @@ One update consumes one ``Rollout``:
   ``rl_coef = 0`` is pure DAgger, ``dagger_coef = 0`` is pure PPO;
 * recurrent actors are replayed window by window (``bptt_length`` steps) from
   the memory recorded before each window, so unchanged weights reproduce the
-  rollout's log-probabilities exactly.
+  rollout's log-probabilities exactly; a minibatch is a random subset of envs
+  with all their windows (rsl_rl's recurrent minibatches: whole envs);
+* it runs on the device of the networks it is given (``Learner.to``): the
+  rollout, the minibatch indices, the learning rate (a tensor the optimiser
+  reads) and the loss totals stay there, and the update reads values back to
+  the host once, for its metrics, however many minibatches it has.
 
 rsl_rl's PPO is not reused as a class: it bootstraps time-outs from V(s_t)
 instead of the final state, has one value head, and its recurrent replay pads
@@ -44,14 +49,21 @@ class PPO:
         rl_envs: torch.Tensor | None = None,
     ):
         self.actor, self.critic, self.cfg = actor, critic, cfg
+        self.device = next(actor.parameters()).device
         params = list(actor.parameters()) + (list(critic.parameters()) if critic is not None else [])
-        self.optimizer = torch.optim.Adam(params, lr=cfg.learning_rate)
+        # the rate is a tensor on the device, so that the adaptive schedule changes it without a host read; fused
+        # Adam (one kernel per step, on the CPU too) reads it there and keeps its step counts there (float32 on a
+        # GPU; float64 on the CPU keeps configured rates exact in the metrics)
+        dtype = torch.float32 if self.device.type == "cuda" else torch.float64
+        self._lr = torch.tensor(cfg.learning_rate, dtype=dtype, device=self.device)
+        self.optimizer = torch.optim.Adam(params, lr=self._lr, fused=True)
         self._parameters = params
-        self.learning_rate = cfg.learning_rate
-        self.env_groups = env_groups  # [N] expert group of each env (DAgger weights)
-        self.rl_envs = rl_envs  # [N] bool: the envs PPO's loss covers (None: all; the others learn from labels)
+        self.env_groups = None if env_groups is None else env_groups.to(self.device)  # [N] expert group (DAgger)
+        # [N] bool: the envs PPO's loss covers (None: all; the others learn from labels)
+        self.rl_envs = None if rl_envs is None else rl_envs.to(self.device)
+        self.num_groups = None if env_groups is None else int(env_groups.max()) + 2  # ids from -1 (no teacher)
         self._stacked: torch.Tensor | None = None
-        self.weights = torch.tensor(cfg.advantage_weights, dtype=torch.float32)
+        self.weights = torch.tensor(cfg.advantage_weights, dtype=torch.float32, device=self.device)
         if critic is not None and critic.cfg.num_heads != len(cfg.advantage_weights):
             raise ValueError(
                 f"critic has {critic.cfg.num_heads} value heads but advantage_weights has "
@@ -67,13 +79,11 @@ class PPO:
         """
         T, N = ro.num_steps, ro.num_envs
         if not self.actor.is_recurrent:
-            for chunk in torch.tensor_split(torch.randperm(T * N), self.cfg.num_minibatches):
+            for chunk in torch.tensor_split(torch.randperm(T * N, device=self.device), self.cfg.num_minibatches):
                 yield ("flat", chunk)
-        else:
-            L = self.cfg.window
-            windows = [(s, e) for s in range(0, T, L) for e in range(N)]
-            for chunk in torch.tensor_split(torch.randperm(len(windows)), self.cfg.num_minibatches):
-                yield ("windows", [windows[i] for i in chunk.tolist()])
+        else:  # a subset of envs, each with every window of the rollout
+            for chunk in torch.tensor_split(torch.randperm(N, device=self.device), self.cfg.num_minibatches):
+                yield ("windows", chunk)
 
     def check_rollout(self, ro: Rollout) -> None:
         """Refuse a rollout this learner cannot split: a clear error instead of dropped or empty minibatches."""
@@ -84,7 +94,7 @@ class PPO:
                     f"rollout of {ro.num_steps} steps does not split into BPTT windows of {cfg.window} steps "
                     "(bptt_length must divide num_steps)"
                 )
-            units, what = (ro.num_steps // cfg.window) * ro.num_envs, "BPTT windows"
+            units, what = ro.num_envs, "envs (a recurrent minibatch takes whole envs)"
         else:
             units, what = ro.num_steps * ro.num_envs, "samples"
         if units < cfg.num_minibatches:
@@ -103,22 +113,18 @@ class PPO:
             stacked = self._stacked[t, e]
             out["mean"] = self.actor.flat(stacked)
             out["t"], out["e"] = t, e
-        else:
-            L = self.cfg.window
-            starts: dict[int, list[int]] = {}
-            for s, e in idx:
-                starts.setdefault(s, []).append(e)
+        else:  # idx: envs; each window replayed from the memory recorded before it
+            L, envs = self.cfg.window, idx
             means, latents, ts, es = [], [], [], []
-            for s, envs in starts.items():
-                envs_t = torch.tensor(envs)
-                memory = ro.memory_at(s, envs_t)
-                mean, latent = self.actor.sequence(ro.actor_obs[s : s + L, envs_t], memory, ro.dones[s : s + L, envs_t])
+            for s in range(0, ro.num_steps, L):
+                memory = ro.memory_at(s, envs)
+                mean, latent = self.actor.sequence(ro.actor_obs[s : s + L, envs], memory, ro.dones[s : s + L, envs])
                 means.append(mean.reshape(-1, mean.shape[-1]))
                 if latent is not None:
                     latents.append(latent.reshape(-1, latent.shape[-1]))
-                tt = torch.arange(s, s + L)[:, None].expand(L, len(envs)).reshape(-1)
+                tt = torch.arange(s, s + L, device=envs.device)[:, None].expand(L, len(envs)).reshape(-1)
                 ts.append(tt)
-                es.append(envs_t[None, :].expand(L, len(envs)).reshape(-1))
+                es.append(envs[None, :].expand(L, len(envs)).reshape(-1))
             out["mean"] = torch.cat(means)
             if latents:
                 out["latent"] = torch.cat(latents)
@@ -140,7 +146,7 @@ class PPO:
         groups = None
         if self.env_groups is not None:
             groups = self.env_groups[None, :].expand(ro.num_steps, -1)
-        totals: dict[str, float] = {}
+        totals: dict[str, torch.Tensor] = {}  # summed on the device, read once at the end
         count = 0
         for _ in range(cfg.num_epochs):
             for batch in self._minibatches(ro):
@@ -156,16 +162,16 @@ class PPO:
                     nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
                 for k, v in losses.items():
-                    totals[k] = totals.get(k, 0.0) + float(v)
+                    totals[k] = totals[k] + v if k in totals else v
                 count += 1
         self.actor.update_normalization(ro.actor_obs.reshape(-1, ro.actor_obs.shape[-1]))
         if self.critic is not None:
             self.critic.update_normalization(ro.critic_obs.reshape(-1, ro.critic_obs.shape[-1]))
-        metrics = {f"loss/{k}": v / max(count, 1) for k, v in totals.items()}
-        metrics["policy/learning_rate"] = self.learning_rate
-        metrics["policy/action_std"] = float(self.actor.std.detach().mean())
-        metrics["policy/mean_reward_per_step"] = float(rewards.sum(-1).mean())
-        return metrics
+        values = {f"loss/{k}": v / max(count, 1) for k, v in totals.items()}
+        values["policy/learning_rate"] = self._lr
+        values["policy/action_std"] = self.actor.std.detach().mean()
+        values["policy/mean_reward_per_step"] = rewards.sum(-1).mean()
+        return read_back(values)
 
     def advantages(self, ro: Rollout, extra_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages [T, N], normalised per reward group and combined; returns [T, N, H]) of a rollout."""
@@ -187,7 +193,7 @@ class PPO:
         mean = ev["mean"]
         dist = self.actor.dist(mean)
         out: dict[str, torch.Tensor] = {}
-        loss = torch.zeros(())
+        loss = torch.zeros((), device=mean.device)
         if cfg.rl_coef > 0:
             # the mean over the samples PPO covers (every sample, or the envs of the groups that learn by RL)
             m = None if self.rl_envs is None else self.rl_envs[e].to(mean.dtype)
@@ -199,12 +205,8 @@ class PPO:
             entropy = dist.entropy.mean()
             old_mean, old_std = ro.means[t, e], ro.stds[t, e]
             with torch.no_grad():
-                kl = average(
-                    torch.distributions.kl_divergence(
-                        torch.distributions.Normal(old_mean, old_std), torch.distributions.Normal(mean, dist.std)
-                    ).sum(-1)
-                )
-                self._adapt_lr(distributed.mean(float(kl)))
+                kl = average(_gaussian_kl(old_mean, old_std, mean, dist.std))
+                self._adapt_lr(distributed.mean_tensor(kl))
             ratio = torch.exp(log_prob - ro.log_probs[t, e])
             adv = advantages[t, e]
             surrogate = average(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)))
@@ -227,7 +229,7 @@ class PPO:
             if ro.teacher_actions is None:
                 raise ValueError("dagger_coef > 0 but the rollout has no teacher labels (attach teachers)")
             g = None if groups is None else groups[t, e]
-            w = sample_weights(g, len(t), cfg.balance_groups)
+            w = sample_weights(g, len(t), cfg.balance_groups, self.num_groups, mean.device)
             if ro.labelled is not None:  # envs no teacher labels (another group's) do not imitate anything
                 w = w * ro.labelled[e].to(w.dtype)
                 w = w / w.sum().clamp_min(1e-12)
@@ -244,15 +246,14 @@ class PPO:
         out["loss"] = loss
         return out
 
-    def _adapt_lr(self, kl: float) -> None:
+    def _adapt_lr(self, kl: torch.Tensor) -> None:
+        """rsl_rl's KL-adaptive schedule, on the device: /1.5 above twice the target, x1.5 below half of it."""
         cfg = self.cfg
         if cfg.schedule != "adaptive":
             return
-        if kl > cfg.desired_kl * 2.0:
-            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
-        elif 0.0 < kl < cfg.desired_kl / 2.0:
-            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
-        self.set_learning_rate(self.learning_rate)
+        lr, target = self._lr, cfg.desired_kl
+        lowered, raised = torch.clamp(lr / 1.5, min=1e-5), torch.clamp(lr * 1.5, max=1e-2)
+        self._lr.copy_(torch.where(kl > target * 2.0, lowered, torch.where((kl > 0) & (kl < target / 2.0), raised, lr)))
 
     def set_rule(self, cfg: PPOConfig, fresh_learning_rate: bool) -> None:
         """Learn on under ``cfg`` (a stage's next phase: DAgger, then RL); the learning rate restarts at the
@@ -263,25 +264,51 @@ class PPO:
         if fresh_learning_rate:
             self.set_learning_rate(cfg.learning_rate)
 
+    @property
+    def learning_rate(self) -> float:
+        return float(self._lr)
+
+    @learning_rate.setter
+    def learning_rate(self, lr: float) -> None:
+        self.set_learning_rate(lr)
+
     def set_learning_rate(self, lr: float) -> None:
-        self.learning_rate = lr
+        """Set the rate; every parameter group reads the one rate tensor again (also after an optimiser state
+        was loaded, which brings its own)."""
+        self._lr.fill_(float(lr))
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = self._lr
 
     # ------------------------------------------------------------------ replay check
     @torch.no_grad()
     def replay_log_probs(self, ro: Rollout) -> torch.Tensor:
         """Log-probabilities of the rollout's actions recomputed by replay, [T, N] (diagnostic and tests)."""
         T, N = ro.num_steps, ro.num_envs
-        out = torch.zeros(T, N)
+        out = torch.zeros(T, N, device=ro.actions.device)
         if not self.actor.is_recurrent:
             stacked = ro.stacked_frames()
             mean = self.actor.flat(stacked.reshape(T * N, *stacked.shape[2:]))
             return self.actor.dist(mean).log_prob(ro.actions.reshape(T * N, -1)).reshape(T, N)
         L = self.cfg.window
-        envs = torch.arange(N)
+        envs = torch.arange(N, device=ro.actions.device)
         for s in range(0, T, L):
             memory: Memory = ro.memory_at(s, envs)
             mean, _ = self.actor.sequence(ro.actor_obs[s : s + L], memory, ro.dones[s : s + L])
             out[s : s + L] = self.actor.dist(mean).log_prob(ro.actions[s : s + L])
         return out
+
+
+def _gaussian_kl(mean0: torch.Tensor, std0: torch.Tensor, mean1: torch.Tensor, std1: torch.Tensor) -> torch.Tensor:
+    """KL(N(mean0, std0) || N(mean1, std1)) summed over the last axis (torch.distributions' formula, without its
+    argument checks, which read values back to the host)."""
+    var_ratio = (std0 / std1).pow(2)
+    t1 = ((mean0 - mean1) / std1).pow(2)
+    return (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum(-1)
+
+
+def read_back(values: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Tensors (on any one device) -> floats, in one read back to the host."""
+    if not values:
+        return {}
+    flat = torch.stack([v.detach().reshape(()).to(torch.float64) for v in values.values()]).cpu().tolist()
+    return dict(zip(values, flat))
