@@ -81,7 +81,7 @@ def _skill_env() -> dict[str, Any]:
 
 
 def _ppo() -> PPOConfig:
-    return PPOConfig(rl_coef=1.0, dagger_coef=1.0, learning_rate=1e-4, schedule="fixed", entropy_coef=0.0)
+    return PPOConfig(rl_coef=1.0, dagger_coef=1.0, learning_rate=3e-5, schedule="adaptive", entropy_coef=0.0)
 
 
 def _actor() -> ActorConfig:
@@ -122,7 +122,12 @@ class TransitionConfig:
     skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
     skill_env: dict[str, Any] = field(default_factory=_skill_env, doc="Overrides of the skill task (as the merge's).")
     envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
-    iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations.")
+    iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations, the warm-up's included.")
+    critic_warmup: int = field(
+        default=50,
+        doc="First iterations in which the actor learns by DAgger alone (no PPO on the course) while the new "
+        "critic and the discriminators learn: PPO then starts from advantages of a fitted value function.",
+    )
     checkpoint_every: int = field(default=50, doc="Iterations between checkpoints (and metric uploads).")
     walking_prior_steps: int = field(default=100, doc="Steps of the teacher's rollouts for the walking prior.")
     walking_prior_envs: int = field(default=64, doc="Envs of the teacher's rollouts for the walking prior.")
@@ -149,6 +154,7 @@ class TransitionConfig:
         names = ("envs_per_actor", "iterations", "checkpoint_every", "skill_trials", "walking_prior_steps")
         for name in (*names, "walking_prior_envs"):
             check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
+        check(0 <= self.critic_warmup < self.iterations, f"{path}.critic_warmup", "must be in [0, iterations)")
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         check(self.ppo.rl_coef > 0, f"{path}.ppo.rl_coef", "the course group learns by PPO: > 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "the expert groups keep learning by DAgger: > 0")
@@ -173,6 +179,8 @@ class TransitionConfig:
 def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     """PPO with AMP on the course, DAgger on the expert groups, from the merged student; evaluate before and
     after on the same trials; returns {'policy': models:/ URI}."""
+
+    from dataclasses import replace
 
     from llp.actors.pool import TrainingPool
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
@@ -232,6 +240,12 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         if start == 0:  # the merged student's network and normaliser; its action noise is this stage's
             missing = pool.load_actor(weights)
             print(f"[llp] {ctx.stage}: the actor starts from {student.uri} (its own: {missing})", flush=True)
+        if start < cfg.critic_warmup:  # the actor by DAgger alone while the critic and discriminators fit
+            pool.set_rule(replace(cfg.ppo, rl_coef=0.0, schedule="fixed"), fresh_learning_rate=start == 0)
+            ctx.train(pool, cfg.critic_warmup, cfg.checkpoint_every, keys, start, history)
+            pool.set_rule(cfg.ppo, fresh_learning_rate=True)
+            start = cfg.critic_warmup
+            print(f"[llp] {ctx.stage}: critic warmed up ({start} iterations); PPO on the course from here", flush=True)
         ctx.train(pool, cfg.iterations, cfg.checkpoint_every, keys, start, history)
         uri = register_student(ctx, pool, loco_env)
     finally:
@@ -245,8 +259,6 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
             ("loss/dagger", "DAgger loss (expert groups)"),
         ],
     )
-    from dataclasses import replace
-
     from llp.stages.merge import evaluate_locomotion, evaluate_skill
 
     students = {"merged student": student.uri, "transition policy": uri}
