@@ -220,8 +220,9 @@ def test_the_merged_student_records_its_experts_reads_no_group_and_is_evaluated_
 
 def test_the_transition_policy_starts_from_the_merge_learns_with_amp_and_reads_no_group(services, smoke_run):
     """The transition stage's version records the merged student, teacher, library and skill expert of this run;
-    the AMP style reward changed the advantages every iteration; the actor reads no group term (the critic
-    does); and the course, the terrain and the skill's course were evaluated before and after."""
+    the AMP style reward changed the advantages every iteration; PPO starts after the critic's warm-up; the
+    actor reads no group term (the critic does); and the course, the terrain and the skill's course were
+    evaluated before and after."""
     import mlflow
 
     from llp.flows import tracking
@@ -242,6 +243,9 @@ def test_the_transition_policy_starts_from_the_merge_learns_with_amp_and_reads_n
     run = client.get_run(stages["transition"]["mlflow_run"])
     changes = client.get_metric_history(run.info.run_id, "amp/advantage_change")
     assert len(changes) == 3 and all(m.value > 0 for m in changes)  # the style reward entered the advantages
+    # the critic's warm-up (smoke: 1 iteration) has no PPO on the course; the iterations after it do
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss/surrogate")] == [1, 2]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss/value")] == [0, 1, 2]
     metrics = run.data.metrics
     assert metrics["loss/dagger"] > 0 and "loss/surrogate" in metrics
     assert "group/course/reward_terms/goal_approach" in metrics and "group/course/dagger/label_error" not in metrics
