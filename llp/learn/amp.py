@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from rsl_rl.modules import MLP, EmpiricalNormalization
 
 from llp.learn.configs import AMPConfig
+from llp.learn.host import read_back
+from llp.learn.models import update_normalization
 
 
 class Discriminator(nn.Module):
@@ -129,9 +131,6 @@ class AMP:
     def update(self, rollout) -> dict[str, float]:
         """Train each phase's discriminator: reference transitions vs. the policy's, for its phase. Reads the
         phases' sample counts back to the host once; the metrics once at the end."""
-        from llp.learn.models import update_normalization
-        from llp.learn.ppo import read_back
-
         obs, nxt, progress = rollout.amp_obs, rollout.extras["amp_next"], rollout.amp_phase
         if self.env_index is not None:  # the policy's transitions in the envs it covers only
             e = self.env_index

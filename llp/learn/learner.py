@@ -18,8 +18,9 @@ import torch
 from llp.learn import distributed
 from llp.learn.amp import AMP
 from llp.learn.checkpoint import load_checkpoint, save_checkpoint
+from llp.learn.host import read_back
 from llp.learn.models import Actor, Critic, parse_refs, term_width
-from llp.learn.ppo import PPO, read_back
+from llp.learn.ppo import PPO
 from llp.learn.rollout import RolloutCollector, Teacher
 from llp.learn.spec import TrainSpec
 from llp.learn.storage import Rollout

@@ -32,6 +32,7 @@ from llp.learn import distributed
 from llp.learn.configs import PPOConfig
 from llp.learn.dagger import dagger_loss, sample_weights
 from llp.learn.gae import combine_advantages, gae
+from llp.learn.host import read_back
 from llp.learn.memory import Memory
 from llp.learn.models import Actor, Critic
 from llp.learn.storage import Rollout
@@ -304,11 +305,3 @@ def _gaussian_kl(mean0: torch.Tensor, std0: torch.Tensor, mean1: torch.Tensor, s
     var_ratio = (std0 / std1).pow(2)
     t1 = ((mean0 - mean1) / std1).pow(2)
     return (0.5 * (var_ratio + t1 - 1 - var_ratio.log())).sum(-1)
-
-
-def read_back(values: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Tensors (on any one device) -> floats, in one read back to the host."""
-    if not values:
-        return {}
-    flat = torch.stack([v.detach().reshape(()).to(torch.float64) for v in values.values()]).cpu().tolist()
-    return dict(zip(values, flat))
