@@ -138,7 +138,8 @@ class AMP:
         policy = torch.cat([obs, nxt], dim=-1).reshape(-1, 2 * obs.shape[-1])
         w = self._phase_weights(progress)
         phase = w.reshape(-1, w.shape[-1]).argmax(dim=-1)
-        counts = torch.bincount(phase, minlength=len(self.references)).cpu().tolist()
+        phases = torch.arange(len(self.references), device=phase.device)
+        counts = (phase[:, None] == phases).sum(dim=0).cpu().tolist()  # (bincount would find its size on the host)
         # the samples grouped by phase, shuffled within each: phase k's are order[start_k : start_k + count_k]
         order = torch.argsort(phase.to(policy.dtype) + torch.rand(len(phase), device=policy.device))
         values: dict[str, torch.Tensor] = {}
