@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import torch
-
 from llp.bench.rllib import NUM_STEPS, sampler_ours, sampler_rllib
 
 
 def test_both_samplers_collect_the_same_number_of_env_steps_of_the_same_env():
-    torch.set_num_threads(1)
     (ours, ours_s), (theirs, theirs_s) = sampler_ours(4, 2), sampler_rllib(4, 2)
     # 4 envs x 24 steps x 2 rounds, start-up round excluded; RLlib's runner takes a step more per auto-reset (the
     # step that reports an ended env's fresh start), within its rounds

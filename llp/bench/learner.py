@@ -81,7 +81,7 @@ def _wait(device: str) -> None:
 
 
 def run(repeats: int = 3, threads: int = 1, device: str = "cpu", num_envs: int = 64) -> dict:
-    kind = torch.device(device).type
+    kind = device.split(":")[0]
     if kind not in ("cpu", "cuda") or (kind == "cuda" and not torch.cuda.is_available()):
         raise ValueError(f"--device {device}: choose cpu, or cuda where torch sees a GPU (it sees none here)")
     torch.set_num_threads(threads)
