@@ -47,6 +47,7 @@ class Service:
     log: Path
     proc: subprocess.Popen | None = None
     adopted: bool = False  # left behind by a process that is gone: whoever adopted it stops it
+    scratch: Path | None = None  # a directory of the service's own, removed when it stops
 
     def stop(self, timeout: float = 20.0) -> None:
         stop_process_group(self.pid, timeout)
@@ -55,6 +56,10 @@ class Service:
                 self.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
+        if self.scratch is not None:
+            import shutil
+
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def stop_process_group(pid: int, timeout: float = 20.0) -> None:
@@ -215,9 +220,10 @@ def start_postgres(home: Path, timeout: float = 60.0) -> Service:
     home = Path(home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     as_user: list[str] = []
+    scratch = None
     if os.geteuid() == 0:  # the data must sit where the postgres user can reach it (not in root's private dirs)
         as_user = ["runuser", "-u", "postgres", "--"]
-        base = Path(tempfile.mkdtemp(prefix="llp-postgres-"))
+        base = scratch = Path(tempfile.mkdtemp(prefix="llp-postgres-"))
         shutil.chown(base, "postgres")
         (home / "data-location").write_text(str(base))
     else:
@@ -250,6 +256,8 @@ def start_postgres(home: Path, timeout: float = 60.0) -> Service:
             break
         if proc.poll() is not None or time.time() > deadline:
             stop_process_group(proc.pid)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
             raise RuntimeError(f"PostgreSQL did not start; see {log}")
         time.sleep(0.25)
     subprocess.run(
@@ -257,7 +265,8 @@ def start_postgres(home: Path, timeout: float = 60.0) -> Service:
         check=True,
         capture_output=True,
     )
-    return Service("postgresql", f"postgresql+psycopg://postgres@127.0.0.1:{port}/mlflow", proc.pid, log, proc)
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/mlflow"
+    return Service("postgresql", url, proc.pid, log, proc, scratch=scratch)
 
 
 # ------------------------------------------------------------------ S3

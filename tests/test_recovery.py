@@ -282,7 +282,10 @@ def test_the_smoke_pipeline_runs_on_mlflow_with_postgresql_and_s3(services, tmp_
             assert version.tags.get("llp.sha256")  # registered with its file digests
             import boto3
 
-            s3 = boto3.client("s3", endpoint_url=services["s3"].url, region_name="us-east-1")
+            creds = services["env"]  # this process's own environment may hold no S3 credentials
+            s3 = boto3.client("s3", endpoint_url=services["s3"].url, region_name="us-east-1",
+                              aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
             keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="pg-artifacts/").get("Contents", [])]
             assert any(k.endswith(".pt2") for k in keys), keys[:20]  # the policy went to the S3 artifact store
             teacher = ledger(tmp_path / "runs", "pg")["stages"]["locomotion_teacher"]
@@ -294,3 +297,6 @@ def test_the_smoke_pipeline_runs_on_mlflow_with_postgresql_and_s3(services, tmp_
             server.stop()
     finally:
         pg.stop()
+    location = tmp_path / "pg" / "data-location"  # as root the data sat in a directory of its own under /tmp
+    if location.exists():
+        assert not Path(location.read_text()).exists()  # removed with the server
