@@ -8,7 +8,7 @@ PROFILE ?= local
 # timeouts): one worker kept 2 cores about 55% busy.
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-faults lint bench bench-faults pictures clean-runs
+.PHONY: run test test-slow test-faults lint bench bench-faults pictures clean-runs
 
 $(STAMP): pyproject.toml constraints.txt setup.py llp/sim/_raycast.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 test-faults: $(STAMP)
 	$(BIN)/python -m pytest -q -m "fault and not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \

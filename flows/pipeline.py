@@ -43,12 +43,14 @@ def code_version() -> str:
     return h.hexdigest()[:12]
 
 
-def stage_cache_key(stage: str, stage_cfg: dict, resources: dict, input_versions: dict, code: str, seed: int) -> str:
-    """Everything that changes a stage's result: its config, resources, inputs, code and seed."""
+def stage_cache_key(stage: str, stage_cfg: dict, resources: dict, input_versions: dict, code: str, seed: int,
+                    sim: dict) -> str:  # fmt: skip
+    """Everything that changes a stage's result: its config, resources, physics engine, inputs, code and seed."""
     payload = {
         "stage": stage,
         "config": stage_cfg,
         "resources": resources,
+        "sim": sim,
         "inputs": input_versions,
         "code": code,
         "seed": seed,
@@ -164,6 +166,7 @@ def run_pipeline(
             params["input_versions"],
             params["code"],
             params["seed"],
+            params["sim"],
         )
 
     @task(
@@ -174,7 +177,14 @@ def run_pipeline(
         result_serializer="json",
     )
     def stage_task(
-        stage: str, stage_cfg: dict, resources: dict, inputs: dict, input_versions: dict, code: str, seed: int
+        stage: str,
+        stage_cfg: dict,
+        resources: dict,
+        inputs: dict,
+        input_versions: dict,
+        code: str,
+        seed: int,
+        sim: dict,
     ) -> dict:
         return execute_stage(
             cfg,
@@ -187,6 +197,7 @@ def run_pipeline(
             input_versions,
             code,
             seed,
+            sim,
             parent_id,
             ledger,
             task_run.run_count,
@@ -205,7 +216,7 @@ def run_pipeline(
         )
         print(f"[llp] MLflow: {tracking.run_link(parent_id)}", file=stream, flush=True)
         outputs: dict[str, dict] = {}
-        resources = resolved(cfg)["resources"]
+        resources, sim = resolved(cfg)["resources"], resolved(cfg)["sim"]
         for name in stages:
             spec = STAGES[name]
             stage_cfg = resolved(cfg)["stages"][name]
@@ -223,7 +234,7 @@ def run_pipeline(
             refresh = name in (force or [])
             state = stage_task.with_options(
                 retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=refresh
-            )(name, stage_cfg, resources, inputs, input_versions, code, stage_seed(cfg, name), return_state=True)
+            )(name, stage_cfg, resources, inputs, input_versions, code, stage_seed(cfg, name), sim, return_state=True)
             if state.is_failed() or state.is_crashed():
                 err = state.result(raise_on_failure=False)
                 ledger.stage_update(name, state="failed", ended=time.time(), error=repr(err))
@@ -236,7 +247,17 @@ def run_pipeline(
                 # the cache points at models this registry no longer has: compute them again
                 state = stage_task.with_options(
                     retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=True
-                )(name, stage_cfg, resources, inputs, input_versions, code, stage_seed(cfg, name), return_state=True)
+                )(
+                    name,
+                    stage_cfg,
+                    resources,
+                    inputs,
+                    input_versions,
+                    code,
+                    stage_seed(cfg, name),
+                    sim,
+                    return_state=True,
+                )
                 result, cached = state.result(), False
             for uri in result.get("outputs", {}).values():
                 if isinstance(uri, str) and uri.startswith("models:/"):
@@ -348,6 +369,7 @@ def execute_stage(
     input_versions: dict,
     code: str,
     seed: int,
+    sim: dict,
     parent_id: str,
     ledger: Ledger,
     attempt: int,
@@ -359,10 +381,11 @@ def execute_stage(
     from llp.config.resources import ResourcesConfig
     from llp.flows import tracking
     from llp.flows.context import StageContext, flatten
+    from llp.sim.backend import simulating_on
     from llp.stages.registry import STAGES
 
     spec = STAGES[stage]
-    key = stage_cache_key(stage, stage_cfg, resources, input_versions, code, seed)
+    key = stage_cache_key(stage, stage_cfg, resources, input_versions, code, seed, sim)
     ledger.stage_started(stage, attempt)
     print(f"[llp] {stage}: running (attempt {attempt})", file=stream, flush=True)
     identity = {"llp.pipeline_run": run_id, "llp.stage": stage, "llp.cache_key": key}
@@ -387,7 +410,9 @@ def execute_stage(
                 mlflow.log_params(
                     {
                         k: v[:6000]
-                        for k, v in flatten({"stage": stage_cfg, "resources": resources, "inputs": inputs}).items()
+                        for k, v in flatten(
+                            {"stage": stage_cfg, "resources": resources, "sim": sim, "inputs": inputs}
+                        ).items()
                     }
                 )
             ledger.stage_update(stage, mlflow_run=run.info.run_id, mlflow_link=tracking.run_link(run.info.run_id))
@@ -409,7 +434,8 @@ def execute_stage(
             )
             t0 = time.perf_counter()
             try:
-                outputs = spec.run(ctx, build(spec.config, stage_cfg, f"stages.{stage}"), inputs)
+                with simulating_on(sim["backend"], sim["device"]):  # the env configs the stage builds
+                    outputs = spec.run(ctx, build(spec.config, stage_cfg, f"stages.{stage}"), inputs)
             except Exception:
                 ctx.drain_uploads()  # a retry resumes from the checkpoints this attempt sent
                 raise

@@ -443,7 +443,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "sim":
         from llp.bench.sim import run
 
-        result = run(robot=args.robot, num_envs=args.num_envs, steps=args.steps)
+        result = run(robot=args.robot, num_envs=args.num_envs, steps=args.steps, backend=args.backend,
+                     device=args.device, depth_steps=min(40, args.steps))  # fmt: skip
     elif args.what == "learner":
         from llp.bench.learner import run
 
@@ -780,7 +781,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--num-envs", type=int, default=64)
     b.add_argument("--steps", type=int, default=200, help="sim: policy steps per measurement")
     b.add_argument("--iterations", type=int, default=6, help="rllib: training iterations per library")
-    b.add_argument("--device", default="cpu", help="learner: where the update runs (cpu, cuda)")
+    b.add_argument("--device", default="cpu", help="learner: where the update runs; sim: where warp runs (cpu, cuda)")
+    b.add_argument("--backend", default="mujoco", help="sim: physics engine (mujoco, warp)")
     b.add_argument("--scenario", action="append", metavar="NAME",
                    help="faults: run only this scenario (repeatable; default: all)")  # fmt: skip
     b.set_defaults(fn=cmd_bench)

@@ -20,6 +20,8 @@ CASES = [
     (f"{T}.critic.hidden_dims=[0]", f"{T}.critic.hidden_dims", "must be >= 1"),
     (f"{T}.env.gait.frequency=[2.0,1.0]", f"{T}.env.gait.frequency", "0 < low <= high"),
     (f"{T}.task=locomotion_paper", f"{T}.actor.obs[3]", "'policy/gait_clock' is not an observation of task"),
+    ("sim.backend=bullet", "sim.backend", "allowed values: mujoco, warp"),
+    ("sim.device=cuda", "sim.device", "the mujoco backend runs on the cpu only"),
 ]
 
 

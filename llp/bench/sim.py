@@ -1,6 +1,6 @@
 """`llp bench sim`: simulator throughput against raw physics, in one process.
 
-physics_policy_steps_per_s: the env's own batch (same per-env models, same N)
+physics_policy_steps_per_s: the env's own batch (same models, same N, same backend)
 stepped ``decimation`` times per policy step with nothing else (the robots hold
 their default pose: zero actions).
 env_policy_steps_per_s: the full env step: physics, policy observations
@@ -21,21 +21,22 @@ from llp.config.files import env_config
 from llp.sim.env import ParkourEnv
 
 
-def _time_blocks(fn_a, fn_b, block: int, rounds: int) -> tuple[float, float]:
+def _time_blocks(fn_a, fn_b, block: int, rounds: int, clock=time.process_time) -> tuple[float, float]:
     """CPU seconds of this process spent in ``fn_a`` and ``fn_b``, run in alternating blocks.
 
     CPU time rather than wall time: on a shared virtual machine, time stolen by
-    neighbours would otherwise land on whichever block it happened to hit.
+    neighbours would otherwise land on whichever block it happened to hit. On a GPU (``clock``:
+    wall time), each call returns once the device is done (the env reads its state back).
     """
     t_a = t_b = 0.0
     for _ in range(rounds):
-        t0 = time.process_time()
+        t0 = clock()
         for _ in range(block):
             fn_a()
-        t1 = time.process_time()
+        t1 = clock()
         for _ in range(block):
             fn_b()
-        t2 = time.process_time()
+        t2 = clock()
         t_a += t1 - t0
         t_b += t2 - t1
     return t_a, t_b
@@ -48,7 +49,9 @@ def measure(env: ParkourEnv, steps: int, rounds: int = 10) -> tuple[float, float
     for _ in range(10):
         env.step(zeros)
     block = max(1, steps // rounds)
-    t_phys, t_env = _time_blocks(lambda: env.batch.step(nstep=decimation), lambda: env.step(zeros), block, rounds)
+    clock = time.perf_counter if env.cfg.device != "cpu" else time.process_time
+    t_phys, t_env = _time_blocks(lambda: env.batch.step(nstep=decimation), lambda: env.step(zeros), block, rounds,
+                                 clock)  # fmt: skip
     n = block * rounds * env.num_envs
     return n / t_phys, n / t_env
 
@@ -60,19 +63,18 @@ def run(
     depth_steps: int = 40,
     task: str = "locomotion",
     seed: int = 0,
+    backend: str = "mujoco",
+    device: str = "cpu",
 ) -> dict:
     torch.set_num_threads(1)
-    cfg = env_config(task, robot)
+    sim = {"backend": backend, "device": device}
+    cfg = env_config(task, robot, sim)
     env = ParkourEnv(cfg, num_envs, seed=seed, threads=1)
     physics, full = measure(env, steps)
-    groups = {g: list(t) for g, t in cfg.observations.items()}
-    groups["policy"] = [*groups["policy"], "depth"]
-    depth_cfg = env_config(task, robot, {"observations": groups})
-    depth_env = ParkourEnv(depth_cfg, num_envs, seed=seed, threads=1)
-    depth_physics, depth_full = measure(depth_env, depth_steps)
-    images = depth_env.depth_images()
-    return {
+    report = {
         "robot": robot,
+        "backend": backend,
+        "device": device,
         "num_envs": num_envs,
         "num_actions": env.num_actions,
         "threads": 1,
@@ -81,9 +83,19 @@ def run(
         "ratio": round(full / physics, 3),
         "height_scan_points": int(env.scan_points.shape[0]),
         "reward_terms": len(env.reward_names),
-        "depth_resolution": [int(images.shape[2]), int(images.shape[1])],
-        "depth_physics_policy_steps_per_s": round(depth_physics, 1),
-        "depth_env_policy_steps_per_s": round(depth_full, 1),
-        "depth_ratio": round(depth_full / depth_physics, 3),
-        "depth_hit_fraction": round(float(np.mean(images < depth_cfg.depth_camera.far)), 3),
     }
+    if depth_steps:  # the same with a depth image every policy step
+        groups = {g: list(t) for g, t in cfg.observations.items()}
+        groups["policy"] = [*groups["policy"], "depth"]
+        depth_cfg = env_config(task, robot, {"observations": groups, **sim})
+        depth_env = ParkourEnv(depth_cfg, num_envs, seed=seed, threads=1)
+        depth_physics, depth_full = measure(depth_env, depth_steps)
+        images = depth_env.depth_images()
+        report |= {
+            "depth_resolution": [int(images.shape[2]), int(images.shape[1])],
+            "depth_physics_policy_steps_per_s": round(depth_physics, 1),
+            "depth_env_policy_steps_per_s": round(depth_full, 1),
+            "depth_ratio": round(depth_full / depth_physics, 3),
+            "depth_hit_fraction": round(float(np.mean(images < depth_cfg.depth_camera.far)), 3),
+        }
+    return report

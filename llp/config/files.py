@@ -45,9 +45,10 @@ def named(kind: str, name: str, _seen: tuple[str, ...] = ()) -> dict:
 
 def env_config(task: str = "locomotion", robot: str = "lightbot0_like", overrides: dict[str, Any] | None = None):
     """The EnvConfig of ``task`` on ``robot`` with ``overrides`` deep-merged on top."""
+    from llp.sim.backend import sim_defaults
     from llp.sim.config import EnvConfig
 
-    data = merge(named("task", task), {"robot": named("robot", robot)})
+    data = merge(named("task", task), {"robot": named("robot", robot), **sim_defaults()})
     if overrides:
         data = merge(data, overrides)
     return build(EnvConfig, data)

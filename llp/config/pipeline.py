@@ -19,7 +19,24 @@ from llp.config.files import CONF_DIR, named, read_yaml
 from llp.config.resources import ResourcesConfig
 from llp.config.schema import ConfigError, build, check, field, merge, to_dict
 
-__all__ = ["PipelineConfig", "ResourcesConfig", "apply_sets", "config_hash", "load_pipeline", "resolved"]
+__all__ = ["PipelineConfig", "ResourcesConfig", "SimConfig", "apply_sets", "config_hash", "load_pipeline", "resolved"]
+
+
+@dataclass(kw_only=True)
+class SimConfig:
+    """The physics engine every stage's simulators run (a stage's own env overrides win)."""
+
+    backend: str = field(
+        default="mujoco",
+        doc="mujoco: MuJoCo's C engine, a model per terrain tile, threads per actor (the embedded default); "
+        "warp: MuJoCo Warp, every env a world of one model, on the CPU or a GPU (README: the backend table).",
+    )
+    device: str = field(default="cpu", doc="Where the warp backend runs: cpu, cuda or cuda:N.")
+
+    def validate(self, path: str) -> None:
+        from llp.sim.backend import check_backend
+
+        check_backend(self.backend, self.device, path)
 
 
 @dataclass(kw_only=True)
@@ -32,6 +49,7 @@ class PipelineConfig:
     seed: int = field(default=0, doc="Base seed; each stage derives its own.")
     run_root: str = field(default="runs", doc="Folder for run directories, local MLflow and Prefect state.")
     resources: ResourcesConfig = field(default_factory=ResourcesConfig, doc="Ray actor layout.")
+    sim: SimConfig = field(default_factory=SimConfig, doc="Physics engine of every stage's simulators.")
     stages: dict[str, dict[str, Any]] = field(default_factory=dict, doc="Stage name -> stage config, in order.")
 
     def validate(self, path: str) -> None:

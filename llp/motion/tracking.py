@@ -20,6 +20,7 @@ import numpy as np
 
 from llp.config.schema import check, field
 from llp.motion.scene import Contact, ObstacleBox
+from llp.sim.backend import check_backend, sim_defaults
 from llp.sim.robot import RobotConfig
 from llp.sim.sensors import HeightScanConfig
 
@@ -97,6 +98,8 @@ class TrackingTaskConfig:
     height_scan: HeightScanConfig = field(
         default_factory=HeightScanConfig, doc="Scan grid of the height_scan term (the locomotion task's default)."
     )
+    backend: str = field(default="mujoco", doc="Physics engine: mujoco or warp (as the terrain env's).")
+    device: str = field(default="cpu", doc="Where the warp backend runs: cpu, cuda or cuda:N.")
 
     @property
     def policy_dt(self) -> float:
@@ -107,6 +110,7 @@ class TrackingTaskConfig:
         check(self.physics_dt > 0 and self.decimation >= 1, f"{p}decimation", "needs physics_dt > 0, decimation >= 1")
         check(self.action_offset in ("reference", "default"), f"{p}action_offset", "must be reference or default")
         check(self.action_scale > 0, f"{p}action_scale", "must be positive")
+        check_backend(self.backend, self.device, path)
         check(self.hold_s >= 0, f"{p}hold_s", "must be >= 0")
         check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
         check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
@@ -187,7 +191,7 @@ def tracking_task(name: str = "tracking", robot: str = "lightbot0_like", overrid
     from llp.config.files import named
     from llp.config.schema import build, merge
 
-    data = merge(named("task", name), {"robot": named("robot", robot)})
+    data = merge(named("task", name), {"robot": named("robot", robot), **sim_defaults()})
     if overrides:
         data = merge(data, overrides)
     return build(TrackingTaskConfig, data)

@@ -31,10 +31,10 @@ from dataclasses import replace
 import mujoco
 import numpy as np
 import torch
-from mujoco.batch import Batch
 
 from llp.motion.scene import add_obstacle
 from llp.motion.tracking import ReferenceKinematics, TrackingEnvConfig, reference_kinematics
+from llp.sim.backend import physics_batch
 from llp.sim.env import StepResult
 from llp.sim.math3d import yaw_and_gravity
 from llp.sim.proprio import convert_proprio, proprio_head
@@ -89,7 +89,7 @@ class TrackingEnv:
         for k, box in enumerate(self.boxes):
             add_obstacle(spec, box, name="obstacle" if k == 0 else f"obstacle_{k}", floor=k == 0)
         m = self.model = spec.compile()
-        self.batch = Batch(m, num_envs, nthread=threads)
+        self.batch = physics_batch(m, num_envs, threads, task.backend, task.device)
         self.qpos, self.qvel = self.batch.bind("qpos"), self.batch.bind("qvel")
         self.ctrl, self.xpos = self.batch.bind("ctrl"), self.batch.bind("xpos")
         self.dt = task.policy_dt

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llp.config.schema import check, field
+from llp.sim.backend import check_backend
 from llp.sim.camera_model import CameraModelConfig
 from llp.sim.rewards import REWARD_TERMS, term_parameters
 from llp.sim.robot import RobotConfig
@@ -194,6 +195,12 @@ class EnvConfig:
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig, doc="Domain randomisation.")
     gait: GaitConfig = field(default_factory=GaitConfig, doc="Gait clock (observation gait_clock, reward feet_phase).")
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig, doc="Terrain curriculum.")
+    backend: str = field(
+        default="mujoco",
+        doc="Physics engine: mujoco (C, one model per tile) or warp (MuJoCo Warp, every env a world of one model). "
+        "The pipeline's sim.backend sets it for every stage.",
+    )
+    device: str = field(default="cpu", doc="Where the warp backend runs: cpu, cuda or cuda:N.")
 
     @property
     def policy_dt(self) -> float:
@@ -204,6 +211,7 @@ class EnvConfig:
         check(self.physics_dt > 0, f"{p}physics_dt", "must be positive")
         check(self.decimation >= 1, f"{p}decimation", "must be >= 1")
         check(self.solver_iterations >= 1, f"{p}solver_iterations", "must be >= 1")
+        check_backend(self.backend, self.device, path)
         check(self.camera_envs is None or self.camera_envs >= 0, f"{p}camera_envs", "must be >= 0 or null")
         check(len(self.observations) > 0, f"{p}observations", "needs at least one group")
         for group, terms in self.observations.items():

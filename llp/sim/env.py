@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 import torch
-from mujoco.batch import Batch
 
 from llp.sim import rewards as reward_terms
+from llp.sim.backend import physics_batch
 from llp.sim.camera_model import CameraModel
 from llp.sim.config import EnvConfig
 from llp.sim.math3d import rotate_into_yaw_frame, wrap_angle, yaw_and_gravity, yaw_quat
 from llp.sim.proprio import convert_proprio, proprio_head
 from llp.sim.robot import default_joint_positions, policy_joint_indices
-from llp.sim.scene import build_scene
+from llp.sim.scene import build_scene, world_model
 from llp.sim.sensors import DepthCamera, foot_ray_heights, height_scan
 from llp.sim.task_state import TaskState
 from llp.sim.terrain import GOAL_TYPES, generate_terrain
@@ -56,10 +56,20 @@ class ParkourEnv:
         self.terrain = generate_terrain(cfg.terrain, seed=seed)
         self.scene = build_scene(cfg.robot, self.terrain, cfg.physics_dt, cfg.solver_iterations)
         m = self.model = self.scene.model
-        self.batch = Batch(m, num_envs, nthread=threads)
         self._randomized = any(
             x is not None
             for x in (cfg.randomization.friction, cfg.randomization.added_mass, cfg.randomization.motor_strength)
+        )
+        # mujoco: each env simulates its tile's model; warp: every env is a world of one model of the whole terrain
+        self.warp = cfg.backend == "warp"
+        physics_model = world_model(cfg.robot, self.terrain, cfg.physics_dt, cfg.solver_iterations) if self.warp else m
+        self.batch = physics_batch(physics_model, num_envs, threads, cfg.backend, cfg.device, params=self._randomized)
+        self._physics_robot_geoms = np.array(
+            [
+                g
+                for g in range(physics_model.ngeom)
+                if physics_model.geom_contype[g] and physics_model.geom_bodyid[g] != 0
+            ]
         )
         self.qpos = self.batch.bind("qpos")
         self.qvel = self.batch.bind("qvel")
@@ -183,7 +193,7 @@ class ParkourEnv:
         if k == 0:
             return
         self.tile_ids[ids] = self.level[ids] * self.num_columns + self.column[ids]
-        for env in ids:
+        for env in [] if self.warp else ids:  # (warp: one model holds every tile)
             tile = self.tile_ids[env]
             if self.model_tile[env] != tile:
                 template = self.scene.tile_models[tile]
@@ -220,7 +230,8 @@ class ParkourEnv:
         self.qvel[ids] = 0.0
         self.ctrl[ids] = self.default_joint_pos
         self._randomize(ids)
-        self.batch.set_models(self.env_models)
+        if not self.warp:
+            self.batch.set_models(self.env_models)
         self.batch.forward(ids)
         if self.camera is not None:  # the camera's new episode starts with a frame of the spawn pose
             self.camera.reset(ids[ids < self.camera_envs], self._render_images, self.max_episode_length)
@@ -254,6 +265,14 @@ class ParkourEnv:
         if not self._randomized:
             return
         base = self.scene.base_body
+        if self.warp:  # per-world fields of the one model
+            b = self.batch
+            b.params("geom_friction")[ids[:, None], self._physics_robot_geoms[None, :], 0] = friction[:, None]
+            b.params("body_mass")[ids, base] = self._base_mass0 + added
+            b.params("actuator_gainprm")[ids, :, 0] = self._gain0[None, :] * strength[:, None]
+            b.params("actuator_biasprm")[ids, :, :3] = self._bias0[None, :, :] * strength[:, None, None]
+            b.commit_params()
+            return
         for j, env in enumerate(ids):
             em = self.env_models[env]
             em.geom_friction[self.robot_geoms, 0] = friction[j]

@@ -97,8 +97,8 @@ def tile_geometry(terrain: Terrain, tile_index: int, margin: float = TILE_MARGIN
     )
 
 
-def build_scene(robot: RobotConfig, terrain: Terrain, physics_dt: float, solver_iterations: int = 6) -> SceneModel:
-    """Compile one model per tile: robot + nearby terrain + the sensors the tasks use."""
+def robot_scene_spec(robot: RobotConfig, physics_dt: float, solver_iterations: int = 6):
+    """The robot as a spec with the solver options and the sensors the tasks read; (spec, contact bodies)."""
     spec = load_robot_spec(robot)
     spec.option.timestep = physics_dt
     spec.option.iterations = solver_iterations
@@ -124,6 +124,20 @@ def build_scene(robot: RobotConfig, terrain: Terrain, physics_dt: float, solver_
         spec.add_sensor(
             name=f"vel_{site}", type=mujoco.mjtSensor.mjSENS_FRAMELINVEL, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site
         )
+    return spec, contact_bodies
+
+
+def world_model(robot: RobotConfig, terrain: Terrain, physics_dt: float, solver_iterations: int = 6) -> mujoco.MjModel:
+    """One model with the robot and the whole terrain, for backends that run every env on one model (MuJoCo
+    Warp: one world per env, each robot on its own tile of the shared terrain)."""
+    spec, _ = robot_scene_spec(robot, physics_dt, solver_iterations)
+    add_terrain(spec, *terrain.geometry_near(-np.inf, np.inf, -np.inf, np.inf))
+    return spec.compile()
+
+
+def build_scene(robot: RobotConfig, terrain: Terrain, physics_dt: float, solver_iterations: int = 6) -> SceneModel:
+    """Compile one model per tile: robot + nearby terrain + the sensors the tasks use."""
+    spec, contact_bodies = robot_scene_spec(robot, physics_dt, solver_iterations)
 
     geometry = [tile_geometry(terrain, k) for k in range(len(terrain.tiles))]
     slots = max(len(b) + len(p) + len(h) for b, p, h in geometry)

@@ -1,0 +1,132 @@
+"""MuJoCo Warp behind the part of ``mujoco.batch.Batch`` the envs use (``sim.backend: warp``).
+
+All envs are worlds of one Warp model: the robot and the whole terrain
+(``scene.world_model``), each robot on its own tile. ``bind(name)`` gives the
+same (N, ...) arrays as ``Batch.bind``: on the CPU they are views of Warp's
+own memory (no copies); on a GPU they are host mirrors, pushed to the device
+before each call (the state fields the env writes: qpos, qvel, ctrl) and
+pulled after it. Per-env physics parameters (domain randomisation) are
+per-world model fields (``params``), not private model copies.
+
+On a GPU the decimation's physics steps run as one captured CUDA graph.
+What this backend does not do (yet): keep the task's observations and rewards
+on the device; the env's task code reads the state through the mirrors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+STATE_FIELDS = ("qpos", "qvel", "ctrl")  # what the env writes; everything else it reads
+# model fields that domain randomisation sets per env (per world)
+PARAM_FIELDS = ("geom_friction", "body_mass", "actuator_gainprm", "actuator_biasprm")
+STAGE_POS = 1  # mujoco.mjtStage.mjSTAGE_POS: kinematics at the new state (TrackingEnv reads xpos)
+
+
+def _flat(view: np.ndarray, n: int, name: str) -> np.ndarray:
+    """Warp's vector and matrix elements as trailing axes; matrices flat, as MjData holds them (xmat: 9)."""
+    if name.endswith("xmat") and view.ndim == 4:
+        return view.reshape(n, view.shape[1], 9)
+    return view
+
+
+class WarpBatch:
+    """``num_envs`` worlds of ``model`` on MuJoCo Warp (``device``: "cpu" or "cuda[:k]")."""
+
+    def __init__(self, model, num_envs: int, device: str = "cpu", params: bool = False):
+        import mujoco_warp as mjw
+        import warp as wp
+
+        wp.config.quiet = True
+        wp.init()
+        self.wp, self.mjw, self.mjm = wp, mjw, model
+        if device != "cpu" and not wp.is_cuda_available():
+            raise RuntimeError(f"sim.device {device}: Warp finds no CUDA device on this machine")
+        self.device = wp.get_device(device)
+        self.num_envs = num_envs
+        self.host = self.device.is_cpu  # bound arrays are Warp's memory itself
+        with wp.ScopedDevice(self.device):
+            sizes = {name: num_envs for name in PARAM_FIELDS} if params else None
+            self.m = mjw.put_model(model, batch_sizes=sizes)
+            self.d = mjw.make_data(model, nworld=num_envs)
+        self._bound: dict[str, np.ndarray] = {}
+        self._params: dict[str, np.ndarray] = {}
+        self._graphs: dict[int, object] = {}
+
+    # ------------------------------------------------------------------ arrays
+    def bind(self, name: str) -> np.ndarray:
+        """A live (N, ...) array over a Data field (float32: Warp's precision)."""
+        if name not in self._bound:
+            source = getattr(self.d, name)
+            view = source.numpy()  # on the CPU a view of Warp's memory, on a GPU a copy
+            self._bound[name] = _flat(view, self.num_envs, name)
+        return self._bound[name]
+
+    def params(self, name: str) -> np.ndarray:
+        """A live (N, ...) array over a per-world model field (one of PARAM_FIELDS); ``commit_params`` after
+        writing it."""
+        if name not in self._params:
+            if getattr(self.m, name).shape[0] != self.num_envs:
+                raise RuntimeError(f"{name} is not per world: build the batch with params=True")
+            self._params[name] = getattr(self.m, name).numpy()
+        return self._params[name]
+
+    def commit_params(self) -> None:
+        if not self.host:
+            for name, mirror in self._params.items():
+                getattr(self.m, name).assign(mirror)
+
+    def _push(self) -> None:
+        if not self.host:
+            for name in STATE_FIELDS:
+                if name in self._bound:
+                    getattr(self.d, name).assign(self._bound[name])
+
+    def _pull(self) -> None:
+        if not self.host:
+            for name, mirror in self._bound.items():
+                mirror[...] = _flat(getattr(self.d, name).numpy(), self.num_envs, name)
+
+    # ------------------------------------------------------------------ calls
+    def step(self, ids=None, nstep: int = 1, stage: int = 0) -> None:
+        """``nstep`` physics steps of every world (``ids`` must be None: worlds step together)."""
+        if ids is not None:
+            raise ValueError("the Warp backend steps every env together")
+        self._push()
+        with self.wp.ScopedDevice(self.device):
+            if self.device.is_cuda:
+                graph = self._graphs.get(nstep)
+                if graph is None:
+                    with self.wp.ScopedCapture() as capture:
+                        self._steps(nstep)
+                    graph = self._graphs[nstep] = capture.graph
+                self.wp.capture_launch(graph)
+            else:
+                self._steps(nstep)
+            if stage == STAGE_POS:
+                self.mjw.kinematics(self.m, self.d)
+            elif stage > STAGE_POS:
+                self.mjw.forward(self.m, self.d)
+        self._pull()
+
+    def _steps(self, nstep: int) -> None:
+        for _ in range(nstep):
+            self.mjw.step(self.m, self.d)
+
+    def reset(self, ids=None, stage: int = 3) -> None:
+        """Reset worlds ``ids`` (None: all) to the model's defaults; ``stage`` > 0 runs forward after it."""
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[slice(None) if ids is None else np.asarray(ids)] = True
+        with self.wp.ScopedDevice(self.device):
+            self.mjw.reset_data(self.m, self.d, reset=self.wp.array(mask, dtype=bool))
+        self._pull()
+        if stage:
+            self.forward(ids)
+
+    def forward(self, ids=None, stage: int = 3) -> None:
+        """Recompute derived fields at the current state: of every world (Warp runs them together; the state of
+        worlds outside ``ids`` is unchanged)."""
+        self._push()
+        with self.wp.ScopedDevice(self.device):
+            self.mjw.forward(self.m, self.d)
+        self._pull()
