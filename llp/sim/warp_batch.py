@@ -49,6 +49,11 @@ class WarpBatch:
             sizes = {name: num_envs for name in PARAM_FIELDS} if params else None
             self.m = mjw.put_model(model, batch_sizes=sizes)
             self.d = mjw.make_data(model, nworld=num_envs)
+            if self.device.is_cuda:  # load every kernel before a graph is captured; the state starts anew after
+                mjw.step(self.m, self.d)
+                mjw.kinematics(self.m, self.d)
+                mjw.forward(self.m, self.d)
+                mjw.reset_data(self.m, self.d)
         self._bound: dict[str, np.ndarray] = {}
         self._params: dict[str, np.ndarray] = {}
         self._graphs: dict[int, object] = {}
