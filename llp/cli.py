@@ -398,7 +398,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         policy = FrozenPolicy(uri, *tracking.download_policy(uri))
     init_ray(out_dir / "ray")
     try:
-        report = evaluate_policy(policy, eval_cfg, cfg.resources, args.seed, ProgressBar("evaluate", 1).trials)
+        from llp.sim.backend import simulating_on
+
+        with simulating_on(cfg.sim.backend, cfg.sim.device):  # --set sim.backend=warp: the trials on MuJoCo Warp
+            report = evaluate_policy(policy, eval_cfg, cfg.resources, args.seed, ProgressBar("evaluate", 1).trials)
     finally:
         shutdown_ray()
     from llp.evaluation.pictures import success_figure
