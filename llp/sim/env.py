@@ -1,7 +1,8 @@
 """ParkourEnv: N humanoid envs in one MuJoCo batch, torch tensors in and out.
 
-One policy step = ``decimation`` physics steps of every env in C
-(``mujoco.batch``), then numpy-vectorised observations, rewards and
+One policy step = ``decimation`` physics steps of every env (``cfg.backend``:
+MuJoCo's C engine through ``mujoco.batch``, or MuJoCo Warp through
+``llp.sim.warp_batch``), then numpy-vectorised observations, rewards and
 terminations over all envs. Envs that end are reset individually (nothing
 about any other env changes) and ``terminated`` (a fall) is reported apart from
 ``truncated`` (time limit, leaving the tile, reaching a goal), with the
