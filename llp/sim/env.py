@@ -25,7 +25,7 @@ from llp.sim.config import EnvConfig
 from llp.sim.math3d import rotate_into_yaw_frame, wrap_angle, yaw_and_gravity, yaw_quat
 from llp.sim.proprio import convert_proprio, proprio_head
 from llp.sim.robot import default_joint_positions, policy_joint_indices
-from llp.sim.scene import build_scene, world_model
+from llp.sim.scene import build_scene, robot_collision_geoms, world_model
 from llp.sim.sensors import DepthCamera, foot_ray_heights, height_scan
 from llp.sim.task_state import TaskState
 from llp.sim.terrain import GOAL_TYPES, generate_terrain
@@ -65,13 +65,7 @@ class ParkourEnv:
         self.warp = cfg.backend == "warp"
         physics_model = world_model(cfg.robot, self.terrain, cfg.physics_dt, cfg.solver_iterations) if self.warp else m
         self.batch = physics_batch(physics_model, num_envs, threads, cfg.backend, cfg.device, params=self._randomized)
-        self._physics_robot_geoms = np.array(
-            [
-                g
-                for g in range(physics_model.ngeom)
-                if physics_model.geom_contype[g] and physics_model.geom_bodyid[g] != 0
-            ]
-        )
+        self._physics_robot_geoms = robot_collision_geoms(physics_model)
         self.qpos = self.batch.bind("qpos")
         self.qvel = self.batch.bind("qvel")
         self.ctrl = self.batch.bind("ctrl")

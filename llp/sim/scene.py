@@ -127,6 +127,11 @@ def robot_scene_spec(robot: RobotConfig, physics_dt: float, solver_iterations: i
     return spec, contact_bodies
 
 
+def robot_collision_geoms(model: mujoco.MjModel) -> np.ndarray:
+    """Geom ids of the robot's collision geoms in ``model`` (they shift with the terrain geoms before them)."""
+    return np.array([g for g in range(model.ngeom) if model.geom_contype[g] and model.geom_bodyid[g] != 0])
+
+
 def world_model(robot: RobotConfig, terrain: Terrain, physics_dt: float, solver_iterations: int = 6) -> mujoco.MjModel:
     """One model with the robot and the whole terrain, for backends that run every env on one model (MuJoCo
     Warp: one world per env, each robot on its own tile of the shared terrain)."""
@@ -151,7 +156,7 @@ def build_scene(robot: RobotConfig, terrain: Terrain, physics_dt: float, solver_
     joint_ids = np.array([model.actuator_trnid[a, 0] for a in range(model.nu)], dtype=np.int64)
     contact_adr = np.array([model.sensor(f"contact_{b}").adr[0] for b in contact_bodies], dtype=np.int64)
     foot_vel_adr = np.array([model.sensor(f"vel_{s}").adr[0] for s in robot.foot_sites], dtype=np.int64)
-    robot_geoms = np.array([g for g in range(model.ngeom) if model.geom_contype[g] and model.geom_bodyid[g] != 0])
+    robot_geoms = robot_collision_geoms(model)
     return SceneModel(
         model=model,
         tile_models=tile_models,
