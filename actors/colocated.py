@@ -1,9 +1,9 @@
 """Co-located actor: simulator and learner in one process (the GPU-simulator layout).
 
-With a GPU simulator holding thousands of envs, rollouts never leave the device
-and the learner runs next to them; several such actors would average gradients
-for multi-GPU training. On the embedded MuJoCo simulator it is simply the
-lowest-overhead layout on one machine.
+With MuJoCo Warp on a GPU (``sim.backend: warp``, ``sim.device: cuda``) the env is
+``DeviceParkourEnv``: the task runs in torch on the GPU that simulates, the
+learner sits on the same GPU, and rollouts never leave it. On the embedded
+MuJoCo simulator it is simply the lowest-overhead layout on one machine.
 """
 
 from __future__ import annotations
@@ -16,12 +16,27 @@ from llp.learn.learner import build_collector, build_learner, teacher_groups, tr
 from llp.learn.spec import TrainSpec
 
 
+def task_on_device(spec: TrainSpec) -> bool:
+    """The task runs where the physics runs: on a GPU with the warp backend (terrain envs)."""
+    from llp.sim.config import EnvConfig
+
+    env = spec.env
+    return isinstance(env, EnvConfig) and env.backend == "warp" and env.device != "cpu"
+
+
 class ColocatedWorker(HostsEnv, HoldsLearner):
-    def __init__(self, spec: TrainSpec, threads: int = 1, learner_threads: int = 1):
+    def __init__(self, spec: TrainSpec, threads: int = 1, learner_threads: int = 1, device_task: bool | None = None):
+        """``device_task``: compute the task in torch beside the physics (``DeviceParkourEnv``); None: when the
+        physics runs on a GPU (``task_on_device``)."""
         torch.set_num_threads(learner_threads)
-        self.env = build_env(spec, 0, threads)
+        on_device = task_on_device(spec) if device_task is None else device_task
+        if on_device and spec.teachers:
+            raise ValueError("teachers label on the host: a stage with teachers runs its task on the host "
+                             "(sim.device cpu)")  # fmt: skip
+        self.env = build_env(spec, 0, threads, device_task=on_device)
         groups = teacher_groups(spec, self.env.course_state()["column"])
-        self.learner = build_learner(spec, self.env.obs_dims(), self.env.num_actions, groups)
+        device = self.env.device if on_device else "cpu"
+        self.learner = build_learner(spec, self.env.obs_dims(), self.env.num_actions, groups, device=device)
         self.collector = build_collector(self.env, spec, self.learner.actor, self.learner.ppo.critic)
 
     def iteration(self) -> dict:

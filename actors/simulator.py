@@ -16,8 +16,9 @@ from llp.learn.spec import TrainSpec
 from llp.sim.env import ParkourEnv
 
 
-def build_env(spec: TrainSpec, index: int, threads: int):
-    """Simulator ``index`` of a stage: its own seed, the spec's env (parkour terrain, or tracking a reference)."""
+def build_env(spec: TrainSpec, index: int, threads: int, device_task: bool = False):
+    """Simulator ``index`` of a stage: its own seed, the spec's env (parkour terrain, or tracking a reference);
+    ``device_task``: the terrain task in torch beside MuJoCo Warp's worlds (``DeviceParkourEnv``)."""
     from llp.motion.tracking import TrackingEnvConfig
 
     seed = spec.seed + 1000 * index
@@ -26,6 +27,10 @@ def build_env(spec: TrainSpec, index: int, threads: int):
         from llp.motion.tracking_env import TrackingEnv
 
         env = TrackingEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
+    elif device_task:
+        from llp.sim.device_env import DeviceParkourEnv
+
+        env = DeviceParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
     else:
         env = ParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
     if spec.group is not None:  # one of several env groups: its label, for a critic that reads group/onehot

@@ -443,15 +443,29 @@ def _print_report(report: dict) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    device = args.device or ("cuda" if args.what == "gpu" else "cpu")
     if args.what == "sim":
         from llp.bench.sim import run
 
         result = run(robot=args.robot, num_envs=args.num_envs, steps=args.steps, backend=args.backend,
-                     device=args.device, depth_steps=min(40, args.steps))  # fmt: skip
+                     device=device, depth_steps=min(40, args.steps))  # fmt: skip
     elif args.what == "learner":
         from llp.bench.learner import run
 
-        result = run(device=args.device, num_envs=args.num_envs)
+        result = run(device=device, num_envs=args.num_envs)
+    elif args.what == "gpu":
+        from llp.bench.gpu import run
+
+        try:
+            counts = tuple(int(c) for c in args.counts.split(","))
+        except ValueError:
+            raise SystemExit(f"--counts {args.counts!r}: env counts separated by commas, such as 4096,16384") from None
+        if not counts or min(counts) < 1:
+            raise SystemExit(f"--counts {args.counts!r}: every env count must be at least 1")
+        try:
+            result = run(device=device, num_envs=counts, steps=args.steps, iterations=args.iterations)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     elif args.what == "rllib":
         from llp.bench.rllib import run
 
@@ -778,13 +792,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_evaluate)
 
     b = sub.add_parser("bench", help="measure throughput (last line: one JSON object with --json)")
-    b.add_argument("what", choices=["sim", "learner", "rllib", "pipeline", "faults"])
+    b.add_argument("what", choices=["sim", "learner", "gpu", "rllib", "pipeline", "faults"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--robot", default="lightbot0_like", help="sim: robot config name (conf/robot/)")
     b.add_argument("--num-envs", type=int, default=64)
     b.add_argument("--steps", type=int, default=200, help="sim: policy steps per measurement")
-    b.add_argument("--iterations", type=int, default=6, help="rllib: training iterations per library")
-    b.add_argument("--device", default="cpu", help="learner: where the update runs; sim: where warp runs (cpu, cuda)")
+    b.add_argument("--iterations", type=int, default=6,
+                   help="rllib: training iterations per library; gpu: co-located iterations per env count")  # fmt: skip
+    b.add_argument("--device", default=None,
+                   help="learner: where the update runs; sim, gpu: where warp runs (cpu, cuda; gpu's default: cuda, "
+                   "the others' cpu)")  # fmt: skip
+    b.add_argument("--counts", default="4096,16384,32768", help="gpu: env counts to measure, comma-separated")
     b.add_argument("--backend", default="mujoco", help="sim: physics engine (mujoco, warp)")
     b.add_argument("--scenario", action="append", metavar="NAME",
                    help="faults: run only this scenario (repeatable; default: all)")  # fmt: skip

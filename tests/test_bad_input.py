@@ -37,6 +37,18 @@ def test_a_bad_value_is_named_before_anything_starts(tmp_path, llp, setting, key
 
 
 @pytest.mark.fault
+def test_simulating_on_a_gpu_asks_for_the_colocated_layout_holding_a_gpu(tmp_path, llp):
+    root = tmp_path / "runs"
+    gpu = ["--set", f"run_root={root}", "--set", "sim.backend=warp", "--set", "sim.device=cuda"]
+    decoupled = llp("run", *SMOKE, *gpu, timeout=60)
+    assert decoupled.returncode == 2 and "sim.device: cuda simulates on a GPU, which needs resources.mode " \
+        "colocated" in decoupled.stderr, decoupled.stderr[-2000:]  # fmt: skip
+    no_gpu = llp("run", *SMOKE, *gpu, "--set", "resources.mode=colocated", timeout=60)
+    assert no_gpu.returncode == 2 and "resources.learner_gpus: sim.device cuda needs" in no_gpu.stderr
+    assert not root.exists()
+
+
+@pytest.mark.fault
 def test_an_unreachable_cluster_a_missing_tracking_server_and_too_many_cpus_fail_at_once(tmp_path, llp):
     root = tmp_path / "runs"
     sets = ["--set", f"run_root={root}"]

@@ -15,3 +15,10 @@ from llp.bench.sim import run
 print(json.dumps(run(num_envs=int(sys.argv[1]), steps=20, depth_steps=0, backend="warp", device="cuda")))
 PY
 done
+# the co-located layout: the device env (task in torch on the GPU), physics alone, whole teacher iterations and
+# the PPO update, one JSON line (llp bench gpu)
+python3 - <<'PY' | tail -1 | tee "$OUT/bench_gpu.json"
+import json
+from llp.bench.gpu import run
+print(json.dumps(run(device="cuda", num_envs=(4096, 16384, 32768), steps=50, iterations=3)))
+PY

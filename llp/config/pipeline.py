@@ -55,6 +55,12 @@ class PipelineConfig:
     def validate(self, path: str) -> None:
         # each stage's own config is checked by llp.stages.registry.check_pipeline, one layer up
         check(len(self.stages) > 0, "stages", "the pipeline needs at least one stage")
+        if self.sim.device != "cpu":  # one actor owns the GPU's Warp batch and the learner beside it
+            check(self.resources.mode == "colocated", "sim.device",
+                  f"{self.sim.device} simulates on a GPU, which needs resources.mode colocated (one actor owns "
+                  "the Warp batch and the learner on that GPU); it is decoupled")  # fmt: skip
+            check(self.resources.learner_gpus >= 1, "resources.learner_gpus",
+                  f"sim.device {self.sim.device} needs the co-located actor to hold a GPU: set it to 1")  # fmt: skip
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:

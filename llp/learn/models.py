@@ -141,12 +141,14 @@ class Actor(nn.Module):
 
     # ------------------------------------------------------------------ memory
     def initial_memory(self, num_envs: int) -> Memory:
+        """An empty memory for ``num_envs`` envs, on the device of the actor's weights."""
         frames = fresh = hidden = None
+        dev = next(self.parameters()).device
         if self.num_frames > 1:
-            frames = torch.zeros(num_envs, self.num_frames - 1, self.obs_dim)
-            fresh = torch.ones(num_envs, dtype=torch.bool)
+            frames = torch.zeros(num_envs, self.num_frames - 1, self.obs_dim, device=dev)
+            fresh = torch.ones(num_envs, dtype=torch.bool, device=dev)
         if self.is_recurrent:
-            hidden = torch.zeros(self.cfg.gru_layers, num_envs, self.cfg.gru_hidden)
+            hidden = torch.zeros(self.cfg.gru_layers, num_envs, self.cfg.gru_hidden, device=dev)
         return Memory(frames=frames, fresh=fresh, hidden=hidden)
 
     # ------------------------------------------------------------------ forward

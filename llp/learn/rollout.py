@@ -44,43 +44,43 @@ class Teacher:
 
 
 class EpisodeStats:
-    """Running episode statistics reported by the env (returns, lengths, success)."""
+    """Running episode statistics reported by the env (returns, lengths, success).
+
+    The env's arrays (numpy, or torch tensors on the env's device) are kept as they come and read once, in
+    ``summary``: a device env's episodes cost no host copy per step.
+    """
+
+    FIELDS = {"return": "episode/return", "length": "episode/length", "terminated": "episode/fall_rate",
+              "success": "episode/success_rate", "level": "episode/terrain_level",
+              "start_step": "episode/start_step"}  # fmt: skip
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
-        self.returns: list[float] = []
-        self.lengths: list[float] = []
-        self.successes: list[float] = []
-        self.falls: list[float] = []
-        self.levels: list[float] = []
-        self.start_steps: list[float] = []
+        self.chunks: dict[str, list] = {key: [] for key in self.FIELDS}
 
     def add(self, episode: dict) -> None:
-        self.returns += [float(x) for x in episode["return"]]
-        self.lengths += [float(x) for x in episode["length"]]
-        self.falls += [float(x) for x in episode["terminated"]]
-        if "success" in episode:
-            self.successes += [float(x) for x in episode["success"]]
-        if "level" in episode:
-            self.levels += [float(x) for x in episode["level"]]
-        if "start_step" in episode:
-            self.start_steps += [float(x) for x in episode["start_step"]]
+        for key in self.FIELDS:
+            if key in episode:
+                self.chunks[key].append(episode[key])
+
+    def _values(self, key: str) -> list[float]:
+        out: list[float] = []
+        for chunk in self.chunks[key]:
+            if isinstance(chunk, torch.Tensor):
+                chunk = chunk.detach().cpu().numpy()
+            out += [float(x) for x in chunk]
+        return out
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        if self.returns:
-            out["episode/return"] = sum(self.returns) / len(self.returns)
-            out["episode/length"] = sum(self.lengths) / len(self.lengths)
-            out["episode/fall_rate"] = sum(self.falls) / len(self.falls)
-            out["episode/count"] = float(len(self.returns))
-        if self.successes:
-            out["episode/success_rate"] = sum(self.successes) / len(self.successes)
-        if self.levels:
-            out["episode/terrain_level"] = sum(self.levels) / len(self.levels)
-        if self.start_steps:
-            out["episode/start_step"] = sum(self.start_steps) / len(self.start_steps)
+        for key, name in self.FIELDS.items():
+            values = self._values(key)
+            if values:
+                out[name] = sum(values) / len(values)
+                if key == "return":
+                    out["episode/count"] = float(len(values))
         return out
 
 
@@ -127,13 +127,17 @@ class RolloutCollector:
         self.term_count = 0
         self.end_counts: dict[str, int] = {}
         self.label_error, self.label_steps = 0.0, 0
-        self._labelled = torch.zeros(env.num_envs, dtype=torch.bool)
+        # where the env keeps its tensors (a device env: the GPU that simulates; the rollout stays there)
+        self.device = torch.device(getattr(env, "device", "cpu"))
+        if reward_groups:
+            self._group_matrix = self._group_matrix.to(self.device)
+        self._labelled = torch.zeros(env.num_envs, dtype=torch.bool, device=self.device)
         for teacher in self.teachers:
             self._labelled[teacher.env_ids] = True
 
     def _values(self, obs) -> torch.Tensor:
         if self.critic is None:
-            return torch.zeros(self.env.num_envs, 1)
+            return torch.zeros(self.env.num_envs, 1, device=self.device)
         return self.critic(self.critic.observe(obs))
 
     def _group_rewards(self, result) -> torch.Tensor:
@@ -165,7 +169,7 @@ class RolloutCollector:
             means.append(mean)
             stds.append(dist.std.expand_as(mean))
             if self.teachers:
-                label = torch.zeros(N, A)
+                label = torch.zeros(N, A, device=self.device)
                 for k, teacher in enumerate(self.teachers):
                     sub = {g: {t: v[teacher.env_ids] for t, v in terms.items()} for g, terms in obs.items()}
                     foreign = teacher.foreign(env)
@@ -192,7 +196,8 @@ class RolloutCollector:
             result = env.step(action)
             done = result.terminated | result.truncated
             fv = torch.zeros_like(value)
-            if result.final_obs is not None and bool(result.truncated.any()):
+            # (on a GPU every step: asking whether any env was truncated would wait for the device)
+            if result.final_obs is not None and (self.device.type != "cpu" or bool(result.truncated.any())):
                 fv = self._values(result.final_obs) * result.truncated[:, None].to(value.dtype)
             if self.amp_refs is not None:
                 nxt = gather(result.obs, [self.amp_refs[0]])
@@ -209,8 +214,8 @@ class RolloutCollector:
             final_values.append(fv)
             if "episode" in result.info:
                 self.stats.add(result.info["episode"])
-            for name, v in result.info.get("reward_terms", {}).items():
-                self.term_sums[name] = self.term_sums.get(name, 0.0) + float(v)
+            for name, v in result.info.get("reward_terms", {}).items():  # floats, or a device env's 0-d tensors
+                self.term_sums[name] = self.term_sums.get(name, 0.0) + v
             for cause, count in result.info.get("ends", {}).items():  # episodes ended, by cause
                 self.end_counts[cause] = self.end_counts.get(cause, 0) + int(count)
             self.term_count += 1
@@ -248,7 +253,7 @@ class RolloutCollector:
         """Episode statistics and mean reward terms since the last call."""
         out = self.stats.summary()
         if self.term_count:
-            out.update({f"reward_terms/{k}": v / self.term_count for k, v in self.term_sums.items()})
+            out.update({f"reward_terms/{k}": float(v) / self.term_count for k, v in self.term_sums.items()})
         ended = sum(self.end_counts.values())
         if ended:
             out.update({f"episode_ends/{k}": v / ended for k, v in self.end_counts.items()})

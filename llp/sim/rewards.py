@@ -1,6 +1,8 @@
 """Reward terms of the perceptive-locomotion task, each a small function of a ``TaskState``.
 
-A term returns one value per env, [N]; the env multiplies it by its configured
+A term returns one value per env, [N], as numpy arrays (the CPU env) or torch
+tensors (the device env, ``llp.sim.device_env``): terms use ``llp.sim.xp``'s
+ops, written once for both. The env multiplies it by its configured
 weight and by the policy step dt and sums the terms. Terms are declared as
 rewards (weight must be >= 0) or penalties (weight must be <= 0), so a penalty
 configured with a positive weight is caught when the config loads.
@@ -16,27 +18,30 @@ from typing import Any
 import numpy as np
 
 from llp.sim.task_state import TaskState
+from llp.sim.xp import namespace
 
 
-def _wrap(angle: np.ndarray) -> np.ndarray:
-    return (angle + np.pi) % (2 * np.pi) - np.pi
+def _wrap(angle):
+    return (angle + math.pi) % (2 * math.pi) - math.pi
 
 
 def lin_vel_tracking(s: TaskState, sigma: float = 0.25) -> np.ndarray:
     """exp(-|v_xy - c_xy|^2 / sigma): Gaussian kernel in legged_gym's convention (sigma plays 2 std^2)."""
-    err = np.sum((s.command[:, :2] - s.base_lin_vel[:, :2]) ** 2, axis=1)
-    return np.exp(-err / sigma)
+    xp = namespace(s.command)
+    err = xp.sum((s.command[:, :2] - s.base_lin_vel[:, :2]) ** 2, axis=1)
+    return xp.exp(-err / sigma)
 
 
 def ang_vel_tracking(s: TaskState, sigma: float = 0.25) -> np.ndarray:
     """exp(-(w_z - c_yaw)^2 / sigma)."""
     err = (s.command[:, 2] - s.base_ang_vel[:, 2]) ** 2
-    return np.exp(-err / sigma)
+    return namespace(err).exp(-err / sigma)
 
 
 def upright(s: TaskState) -> np.ndarray:
     """Cosine of the base tilt, clipped at 0: 1 upright, 0 lying or upside down."""
-    return np.minimum(np.maximum(-s.projected_gravity[:, 2], 0.0), 1.0)
+    xp = namespace(s.projected_gravity)
+    return xp.minimum(xp.maximum(-s.projected_gravity[:, 2], 0.0), 1.0)
 
 
 def velocity_slack(s: TaskState, low: float = 0.3, high: float = 1.5, min_command: float = 0.1) -> np.ndarray:
@@ -45,11 +50,12 @@ def velocity_slack(s: TaskState, low: float = 0.3, high: float = 1.5, min_comman
     Sign-aware: moving against the command gives a negative ratio (no reward).
     Gated: commands slower than ``min_command`` earn nothing (the ratio is meaningless).
     """
+    xp = namespace(s.command)
     cmd = s.command[:, :2]
-    speed2 = np.sum(cmd**2, axis=1)
+    speed2 = xp.sum(cmd**2, axis=1)
     gated = speed2 >= min_command**2
-    ratio = np.sum(s.base_lin_vel[:, :2] * cmd, axis=1) / np.where(gated, speed2, 1.0)
-    return (gated & (ratio >= low) & (ratio <= high)).astype(np.float64)
+    ratio = xp.sum(s.base_lin_vel[:, :2] * cmd, axis=1) / xp.where(gated, speed2, 1.0)
+    return xp.as_float(gated & (ratio >= low) & (ratio <= high))
 
 
 def undesired_contact(s: TaskState, threshold: float = 1.0, allow_hands: str = "obstacles") -> np.ndarray:
@@ -58,71 +64,77 @@ def undesired_contact(s: TaskState, threshold: float = 1.0, allow_hands: str = "
     Hands are exempt where climbing and vaulting need them: ``allow_hands`` is "obstacles" (envs on an
     obstacle tile: climbs, vaults, courses), "always", or "never".
     """
+    xp = namespace(s.body_contact_force)
     hits = (s.body_contact_force > threshold) & s.undesired_bodies[None, :]
     if allow_hands != "never" and s.hand_bodies is not None:
-        where = np.ones(hits.shape[0], dtype=bool) if allow_hands == "always" else s.on_obstacle_tile
-        hits &= ~(s.hand_bodies[None, :] & where[:, None])
-    return hits.sum(axis=1).astype(np.float64)
+        if allow_hands == "always":
+            hits &= ~s.hand_bodies[None, :]
+        else:
+            hits &= ~(s.hand_bodies[None, :] & s.on_obstacle_tile[:, None])
+    return xp.as_float(xp.sum(hits, axis=1))
 
 
 def joint_limit(s: TaskState) -> np.ndarray:
     """Radians beyond the soft joint limits, summed over joints."""
+    xp = namespace(s.joint_pos)
     low, high = s.joint_soft_limits[:, 0], s.joint_soft_limits[:, 1]
-    below = np.maximum(low[None, :] - s.joint_pos, 0.0)
-    above = np.maximum(s.joint_pos - high[None, :], 0.0)
-    return (below + above).sum(axis=1)
+    below = xp.maximum(low[None, :] - s.joint_pos, 0.0)
+    above = xp.maximum(s.joint_pos - high[None, :], 0.0)
+    return xp.sum(below + above, axis=1)
 
 
 def illegal_footstep(s: TaskState, depth: float = 0.1, contact_threshold: float = 1.0) -> np.ndarray:
     """Per contacting foot, the fraction of its rays whose ground lies more than ``depth`` below the sole; summed."""
-    below = (s.foot_pos[:, :, 2:3] - s.foot_ray_heights) > depth  # [N, F, K]
-    fraction = below.mean(axis=2)
+    xp = namespace(s.foot_pos)
+    below = xp.as_float((s.foot_pos[:, :, 2:3] - s.foot_ray_heights) > depth)  # [N, F, K]
+    fraction = xp.sum(below, axis=2) / below.shape[2]
     contacting = s.foot_contact_force > contact_threshold
-    return (fraction * contacting).sum(axis=1)
+    return xp.sum(fraction * contacting, axis=1)
 
 
 def heading_error(s: TaskState) -> np.ndarray:
     """|commanded heading - base heading|, radians in [0, pi]; 0 for envs with no heading command (standing
     still, or heading commands off)."""
-    err = np.abs(_wrap(s.heading_target - s.yaw))
+    err = namespace(s.yaw).abs(_wrap(s.heading_target - s.yaw))
     return err if s.heading_active is None else err * s.heading_active
 
 
 def opposite_direction(s: TaskState, min_command: float = 0.1) -> np.ndarray:
     """1 when the base moves against a (non-tiny) commanded direction."""
+    xp = namespace(s.command)
     cmd = s.command[:, :2]
-    moving_against = np.sum(s.base_lin_vel[:, :2] * cmd, axis=1) < 0.0
-    return (moving_against & (np.sum(cmd**2, axis=1) >= min_command**2)).astype(np.float64)
+    moving_against = xp.sum(s.base_lin_vel[:, :2] * cmd, axis=1) < 0.0
+    return xp.as_float(moving_against & (xp.sum(cmd**2, axis=1) >= min_command**2))
 
 
 def action_rate(s: TaskState) -> np.ndarray:
     """|a_t - a_{t-1}|^2."""
-    return np.sum((s.actions - s.last_actions) ** 2, axis=1)
+    return namespace(s.actions).sum((s.actions - s.last_actions) ** 2, axis=1)
 
 
 def alive(s: TaskState) -> np.ndarray:
     """1 every step the episode goes on."""
-    return np.ones(s.projected_gravity.shape[0])
+    return namespace(s.projected_gravity).ones_rows(s.projected_gravity)
 
 
 def goal_reached(s: TaskState) -> np.ndarray:
     """1 on the step an env reaches its tile's goal (LLP's transition stage: goal reached)."""
-    return s.goal_reached.astype(np.float64)
+    return namespace(s.goal_reached).as_float(s.goal_reached)
 
 
 def goal_approach(s: TaskState, max_speed: float = 1.0) -> np.ndarray:
     """Speed towards the tile's goal this step, m/s, clipped to [-max_speed, max_speed] (LLP: goal approach)."""
-    return np.clip(s.goal_approach / s.dt, -max_speed, max_speed)
+    return namespace(s.goal_approach).clip(s.goal_approach / s.dt, -max_speed, max_speed)
 
 
 def termination(s: TaskState) -> np.ndarray:
     """1 on the step the robot falls (the episode terminates), else 0."""
-    return s.terminated.astype(np.float64)
+    return namespace(s.terminated).as_float(s.terminated)
 
 
 def flat_orientation(s: TaskState) -> np.ndarray:
     """|gravity_xy|^2 in the base frame: 0 upright, growing with tilt."""
-    return np.sum(s.projected_gravity[:, 0:2] ** 2, axis=1)
+    return namespace(s.projected_gravity).sum(s.projected_gravity[:, 0:2] ** 2, axis=1)
 
 
 def lin_vel_z(s: TaskState) -> np.ndarray:
@@ -132,21 +144,23 @@ def lin_vel_z(s: TaskState) -> np.ndarray:
 
 def ang_vel_xy(s: TaskState) -> np.ndarray:
     """Roll and pitch rates squared."""
-    return np.sum(s.base_ang_vel[:, 0:2] ** 2, axis=1)
+    return namespace(s.base_ang_vel).sum(s.base_ang_vel[:, 0:2] ** 2, axis=1)
 
 
-_JOINT_MASKS: dict[tuple, np.ndarray] = {}
+_JOINT_MASKS: dict[tuple, np.ndarray] = {}  # (joint names, regex) -> joint indices
 
 
 def joint_deviation(s: TaskState, joints: str = ".*") -> np.ndarray:
     """Sum over the joints whose names match the regex ``joints`` of |q - q_default| (L1), radians."""
-    key = (tuple(s.joint_names), joints)
-    mask = _JOINT_MASKS.get(key)
-    if mask is None:
+    xp = namespace(s.joint_pos)
+    key = (tuple(s.joint_names), joints, str(getattr(s.joint_pos, "device", "numpy")))
+    index = _JOINT_MASKS.get(key)
+    if index is None:
         import re
 
-        mask = _JOINT_MASKS[key] = np.array([re.fullmatch(joints, n) is not None for n in s.joint_names])
-    return np.abs(s.joint_pos - s.default_joint_pos[None, :])[:, mask].sum(axis=1)
+        picked = [i for i, n in enumerate(s.joint_names) if re.fullmatch(joints, n) is not None]
+        index = _JOINT_MASKS[key] = xp.asarray(np.array(picked, dtype=np.int64), like=s.joint_pos)
+    return xp.sum(xp.abs(s.joint_pos - s.default_joint_pos[None, :])[:, index], axis=1)
 
 
 def feet_phase(s: TaskState, swing_height: float = 0.1, sigma: float = 0.01, min_command: float = 0.1) -> np.ndarray:
@@ -154,19 +168,21 @@ def feet_phase(s: TaskState, swing_height: float = 0.1, sigma: float = 0.01, min
     height above the highest ground under it and the target rises to ``swing_height`` and back in a half-sine
     while the foot's phase is in [0, pi) (swing) and is 0 in stance. 0 under commands slower than
     ``min_command`` (m/s and rad/s), so standing still is not asked to step."""
-    clearance = s.foot_pos[:, :, 2] - s.foot_ray_heights.max(axis=2)
-    swing = s.gait_phase < np.pi
-    target = np.where(swing, swing_height * np.sin(np.minimum(s.gait_phase, np.pi)), 0.0)
-    reward = np.exp(-np.sum((clearance - target) ** 2, axis=1) / sigma)
-    moving = np.max(np.abs(s.command), axis=1) >= min_command
+    xp = namespace(s.foot_pos)
+    clearance = s.foot_pos[:, :, 2] - xp.amax(s.foot_ray_heights, axis=2)
+    swing = s.gait_phase < math.pi
+    target = xp.where(swing, swing_height * xp.sin(xp.minimum(s.gait_phase, math.pi)), 0.0)
+    reward = xp.exp(-xp.sum((clearance - target) ** 2, axis=1) / sigma)
+    moving = xp.amax(xp.abs(s.command), axis=1) >= min_command
     return reward * moving
 
 
 def feet_slide(s: TaskState, contact_force: float = 1.0) -> np.ndarray:
     """Sum over the feet touching the ground (> ``contact_force`` newtons) of their horizontal speed, m/s:
     a foot that carries load should not slide (Isaac Lab's humanoid feet_slide)."""
+    xp = namespace(s.foot_vel)
     contact = s.foot_contact_force > contact_force
-    return (np.linalg.norm(s.foot_vel[:, :, :2], axis=2) * contact).sum(axis=1)
+    return xp.sum(xp.norm(s.foot_vel[:, :, :2], axis=2) * contact, axis=1)
 
 
 class FeetAirTimeBiped:
@@ -179,18 +195,25 @@ class FeetAirTimeBiped:
         self.contact_time = np.zeros((num_envs, 2))
         self.air_time = np.zeros((num_envs, 2))
 
-    def reset(self, ids: np.ndarray) -> None:
+    def place(self, like) -> None:
+        """Keep the timers as arrays of ``like``'s kind and device (the device env's tensors)."""
+        xp = namespace(like)
+        self.contact_time = xp.as_float(xp.asarray(self.contact_time, like=like))
+        self.air_time = xp.as_float(xp.asarray(self.air_time, like=like))
+
+    def reset(self, ids) -> None:
         self.contact_time[ids] = 0.0
         self.air_time[ids] = 0.0
 
     def __call__(self, s: TaskState) -> np.ndarray:
+        xp = namespace(s.foot_contact_force)
         contact = s.foot_contact_force > self.contact_force  # [N, 2]
-        self.contact_time = np.where(contact, self.contact_time + s.dt, 0.0)
-        self.air_time = np.where(contact, 0.0, self.air_time + s.dt)
-        in_mode = np.where(contact, self.contact_time, self.air_time)
-        single = contact.sum(axis=1) == 1
-        reward = np.minimum(np.where(single[:, None], in_mode, 0.0).min(axis=1), self.threshold)
-        moving = np.sum(s.command[:, 0:2] ** 2, axis=1) >= self.min_command**2
+        self.contact_time = xp.where(contact, self.contact_time + s.dt, 0.0)
+        self.air_time = xp.where(contact, 0.0, self.air_time + s.dt)
+        in_mode = xp.where(contact, self.contact_time, self.air_time)
+        single = xp.sum(contact, axis=1) == 1
+        reward = xp.minimum(xp.amin(xp.where(single[:, None], in_mode, 0.0), axis=1), self.threshold)
+        moving = xp.sum(s.command[:, 0:2] ** 2, axis=1) >= self.min_command**2
         return reward * moving
 
 
@@ -205,15 +228,21 @@ class FootAcceleration:
         self.limit, self.tau = limit, tau
         self.memory = np.zeros(num_envs)
 
-    def reset(self, ids: np.ndarray) -> None:
+    def place(self, like) -> None:
+        """Keep the memory as an array of ``like``'s kind and device (the device env's tensors)."""
+        xp = namespace(like)
+        self.memory = xp.as_float(xp.asarray(self.memory, like=like))
+
+    def reset(self, ids) -> None:
         self.memory[ids] = 0.0
 
     def __call__(self, s: TaskState) -> np.ndarray:
+        xp = namespace(s.foot_vel)
         alpha = math.exp(-s.dt / self.tau)
-        accel = np.linalg.norm(s.foot_vel - s.last_foot_vel, axis=2) / s.dt  # [N, F]
-        excess = np.maximum(accel - self.limit, 0.0).sum(axis=1)
+        accel = xp.norm(s.foot_vel - s.last_foot_vel, axis=2) / s.dt  # [N, F]
+        excess = xp.sum(xp.maximum(accel - self.limit, 0.0), axis=1)
         self.memory = alpha * self.memory + excess
-        return self.memory.copy()
+        return self.memory * 1.0
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ pulled after it. Per-env physics parameters (domain randomisation) are
 per-world model fields (``params``), not private model copies.
 
 On a GPU the decimation's physics steps run as one captured CUDA graph.
-What this backend does not do (yet): keep the task's observations and rewards
-on the device; the env's task code reads the state through the mirrors.
+``tensor(name)`` and ``param_tensor(name)`` give torch views of the same memory
+on its own device (``wp.to_torch``, no copies): the device env
+(``llp.sim.device_env``) computes the task there and never binds mirrors.
 """
 
 from __future__ import annotations
@@ -75,6 +76,21 @@ class WarpBatch:
                 raise RuntimeError(f"{name} is not per world: build the batch with params=True")
             self._params[name] = getattr(self.m, name).numpy()
         return self._params[name]
+
+    def tensor(self, name: str):
+        """A torch view (N, ...) of a Data field on Warp's device: reads and writes go to Warp's memory itself."""
+        return self.wp.to_torch(getattr(self.d, name))
+
+    def param_tensor(self, name: str):
+        """A torch view (N, ...) of a per-world model field (one of PARAM_FIELDS); writes take effect at once."""
+        if getattr(self.m, name).shape[0] != self.num_envs:
+            raise RuntimeError(f"{name} is not per world: build the batch with params=True")
+        return self.wp.to_torch(getattr(self.m, name))
+
+    def reset_where(self, mask) -> None:
+        """Reset the worlds where the torch bool tensor ``mask`` [N] (on Warp's device) is true; no forward."""
+        with self.wp.ScopedDevice(self.device):
+            self.mjw.reset_data(self.m, self.d, reset=self.wp.from_torch(mask, dtype=self.wp.bool))
 
     def commit_params(self) -> None:
         if not self.host:
