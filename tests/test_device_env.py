@@ -105,13 +105,27 @@ def test_a_fall_ends_one_env_and_resets_it_without_touching_the_others():
     assert result.final_obs["policy"]["proprio"].shape == result.obs["policy"]["proprio"].shape
 
 
-def test_terms_the_device_does_not_compute_and_the_wrong_backend_are_named():
+def test_depth_images_are_the_exact_geometrys_as_the_host_envs_mujoco_depth_backend_casts_them():
+    from llp.sim.device_env import DeviceParkourEnv
+    from llp.sim.env import ParkourEnv
+
+    cfg = _cfg(observations={"policy": ["proprio", "depth"]}, camera_model={"perfect": True},
+               depth_camera={"backend": "mujoco"}, camera_envs=2)  # fmt: skip
+    host, dev = ParkourEnv(cfg, 3, seed=4), DeviceParkourEnv(cfg, 3, seed=4)
+    _copy_state(host, dev)
+    a, b = host.observe()["policy"]["depth"].numpy(), dev.refresh()["policy"]["depth"].numpy()
+    assert a.shape == b.shape == (3, 64 * 36)
+    assert 0.2 < a[:2].mean() < 0.99  # the terrain in view, not all misses
+    np.testing.assert_allclose(b, a, atol=1e-5)  # (depth / far; the third env has no camera: zeros on both)
+    assert not b[2].any() and dev.depth_images().shape == (2, 36, 64)
+
+
+def test_a_camera_model_and_the_wrong_backend_are_named_before_anything_is_built():
+    from llp.config.files import env_config
     from llp.sim.device_env import DeviceParkourEnv
 
-    with pytest.raises(ValueError, match=r"\['depth'\] are not computed on the device"):
-        DeviceParkourEnv(_cfg(observations={"policy": ["proprio", "depth"]}), 2)
-    from llp.config.files import env_config
-
+    with pytest.raises(ValueError, match="renders a perfect camera only: set camera_model.perfect"):
+        DeviceParkourEnv(_cfg(observations={"policy": ["proprio", "depth"]}, camera_model={"perfect": False}), 2)
     with pytest.raises(ValueError, match="runs on sim.backend warp, not 'mujoco'"):
         DeviceParkourEnv(env_config(), 2)
 

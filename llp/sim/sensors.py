@@ -109,6 +109,19 @@ def foot_ray_heights(terrain: Terrain, points: np.ndarray, foot_pos: np.ndarray,
     return heights.reshape(n, f, -1)
 
 
+def camera_rays(cfg: DepthCameraConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The camera's pixel rays: unit directions in the camera frame [P, 3] (MuJoCo's cameras look along -z;
+    row-major pixels, top row first) and the z-depth per unit of ray length [P]."""
+    tan_y = np.tan(np.radians(cfg.fovy) / 2)
+    tan_x = tan_y * cfg.width / cfg.height
+    u = (2 * (np.arange(cfg.width) + 0.5) / cfg.width - 1) * tan_x
+    v = (1 - 2 * (np.arange(cfg.height) + 0.5) / cfg.height) * tan_y
+    uu, vv = np.meshgrid(u, v)
+    dirs = np.stack([uu, vv, -np.ones_like(uu)], axis=-1).reshape(-1, 3)
+    norm = np.linalg.norm(dirs, axis=1, keepdims=True)
+    return dirs / norm, (1.0 / norm[:, 0]).astype(np.float64)
+
+
 class DepthCamera:
     """Ray-cast depth images of the terrain: all images in one C call (heightmap backend) or one
     ``mj_multiRay`` call per image (mujoco backend)."""
@@ -119,15 +132,7 @@ class DepthCamera:
         import mujoco
 
         self.cfg = cfg
-        tan_y = np.tan(np.radians(cfg.fovy) / 2)
-        tan_x = tan_y * cfg.width / cfg.height
-        u = (2 * (np.arange(cfg.width) + 0.5) / cfg.width - 1) * tan_x
-        v = (1 - 2 * (np.arange(cfg.height) + 0.5) / cfg.height) * tan_y
-        uu, vv = np.meshgrid(u, v)
-        dirs = np.stack([uu, vv, -np.ones_like(uu)], axis=-1).reshape(-1, 3)
-        norm = np.linalg.norm(dirs, axis=1, keepdims=True)
-        self.dirs_cam = dirs / norm  # [P, 3] unit rays in the camera frame (MuJoCo: looks along -z)
-        self.axial = (1.0 / norm[:, 0]).astype(np.float64)  # z-depth per unit ray length
+        self.dirs_cam, self.axial = camera_rays(cfg)  # [P, 3] unit rays (camera frame), [P] z-depth per length
         self._models = tile_models
         self._datas = []
         for m in self._models:

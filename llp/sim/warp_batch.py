@@ -58,6 +58,7 @@ class WarpBatch:
         self._bound: dict[str, np.ndarray] = {}
         self._params: dict[str, np.ndarray] = {}
         self._graphs: dict[int, object] = {}
+        self._rays: dict[int, tuple] = {}  # ray count -> output buffers
 
     # ------------------------------------------------------------------ arrays
     def bind(self, name: str) -> np.ndarray:
@@ -91,6 +92,28 @@ class WarpBatch:
         """Reset the worlds where the torch bool tensor ``mask`` [N] (on Warp's device) is true; no forward."""
         with self.wp.ScopedDevice(self.device):
             self.mjw.reset_data(self.m, self.d, reset=self.wp.from_torch(mask, dtype=self.wp.bool))
+
+    def rays(self, pnt, vec, group: int):
+        """Distances [N, P] along rays from ``pnt`` in directions ``vec`` (torch [N, P, 3] on Warp's device, unit
+        directions) to the nearest visible geom of geom group ``group`` in each world; -1 where none is hit."""
+        wp = self.wp
+        n, p = pnt.shape[0], pnt.shape[1]
+        out = self._rays.get(p)
+        if out is None:
+            import torch
+            from mujoco_warp._src.types import vec6
+
+            dist = torch.empty((n, p), dtype=torch.float32, device=pnt.device)
+            with wp.ScopedDevice(self.device):
+                extra = (wp.empty((n, p), dtype=int), wp.empty((n, p), dtype=wp.vec3), wp.full(p, -1, dtype=int))
+            mask = vec6(*[1.0 if g == group else 0.0 for g in range(6)])
+            out = self._rays[p] = (dist, wp.from_torch(dist), extra, mask)
+        dist, dist_wp, (geomid, normal, exclude), mask = out
+        with wp.ScopedDevice(self.device):
+            self.mjw.rays(self.m, self.d, wp.from_torch(pnt.contiguous(), dtype=wp.vec3),
+                          wp.from_torch(vec.contiguous(), dtype=wp.vec3), mask, True, exclude, dist_wp, geomid,
+                          normal)  # fmt: skip
+        return dist
 
     def commit_params(self) -> None:
         if not self.host:
