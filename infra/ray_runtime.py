@@ -61,10 +61,11 @@ def ray_temp_dir(log_dir: Path) -> Path:
     return short
 
 
-def check_local_ray(log_dir: Path, cpu_demand: float | None = None, custom: dict | None = None) -> None:
+def check_local_ray(log_dir: Path, cpu_demand: float | None = None, custom: dict | None = None,
+                    gpu_demand: float = 0.0) -> None:  # fmt: skip
     """Fail before any work if Ray could not serve this run: a local Ray (no RAY_ADDRESS) whose socket paths
-    would not fit, fewer CPUs here than the actors reserve, custom resources no local node declares, or a
-    RAY_ADDRESS where nothing answers."""
+    would not fit, fewer CPUs or GPUs here than the actors reserve, custom resources no local node declares, or
+    a RAY_ADDRESS where nothing answers."""
     address = os.environ.get("RAY_ADDRESS")
     if address:
         check_ray_address(address)
@@ -82,6 +83,16 @@ def check_local_ray(log_dir: Path, cpu_demand: float | None = None, custom: dict
             f"this machine has {cpus}: Ray would wait for them forever. Lower resources.sim_actors or "
             "resources.sim_actor_cpus, or set RAY_ADDRESS to a cluster"
         )
+    if gpu_demand > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpu_demand > gpus + 1e-9:
+            raise ValueError(
+                f"the actors reserve {gpu_demand:g} GPUs (resources.learner_gpus) but this machine has {gpus}: "
+                "Ray would wait for them forever. Set resources.learner_gpus to 0 (and sim.device to cpu), or set "
+                "RAY_ADDRESS to a cluster with GPUs"
+            )
 
 
 def check_ray_address(address: str, timeout: float = 5.0) -> None:

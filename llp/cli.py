@@ -68,10 +68,14 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
         raise ValueError(f"--tag {bad_tags[0]!r}: expected KEY=VALUE (an MLflow tag on the pipeline run)")
     if args.cluster:
         os.environ["RAY_ADDRESS"] = args.cluster
-    select_stages(list(cfg.stages), args.from_stage, args.until_stage, args.force)
+    selected = select_stages(list(cfg.stages), args.from_stage, args.until_stage, args.force)
+    from llp.stages.registry import check_layout
+
+    check_layout(cfg, selected)
     run_root = Path(cfg.run_root)
-    # a path Ray cannot use, more CPUs than there are, or a cluster that does not answer: fail before any work
-    check_local_ray(run_root.resolve() / run_id / "ray", cfg.resources.cpu_demand(), cfg.resources.custom_resources())
+    # a path Ray cannot use, more CPUs or GPUs than there are, or a cluster that does not answer: fail before any work
+    check_local_ray(run_root.resolve() / run_id / "ray", cfg.resources.cpu_demand(), cfg.resources.custom_resources(),
+                    cfg.resources.gpu_demand())  # fmt: skip
     _check_tracking_server()
     service = prepare_prefect(run_root)
     # a server this command started, or adopted from a run that was killed, is stopped at the end

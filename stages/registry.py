@@ -27,6 +27,7 @@ class StageSpec:
     inputs: Callable  # cfg -> {input name: "stage" (its output of the same name) or "stage.output"}
     outputs: dict[str, str]  # output name -> registered model name ("" for outputs that are not models)
     description: str
+    env_groups: bool = False  # trains env groups, each on simulator actors of its own (the decoupled layout)
 
 
 STAGES: dict[str, StageSpec] = {
@@ -80,6 +81,7 @@ STAGES: dict[str, StageSpec] = {
         description="LLP stage 4: the multi-expert merge (one height-scan student, every joint; an env group per "
         "behaviour, each labelled online by its expert - the locomotion teacher on terrain, each skill expert on "
         "its course; DAgger alone; no group label in the actor). Evaluated per group beside the experts.",
+        env_groups=True,
     ),
     "transition": StageSpec(
         name="transition",
@@ -96,6 +98,7 @@ STAGES: dict[str, StageSpec] = {
         "obstacle, after it - learns by PPO with a phase-conditional AMP prior, walking before the trigger and the "
         "skill's motions over it; the expert groups keep learning by DAgger; the critic reads the group, the actor "
         "does not). Evaluated on the course, the terrain and the skill's course, before and after.",
+        env_groups=True,
     ),
     "depth_student": StageSpec(
         name="depth_student",
@@ -153,6 +156,18 @@ def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
                 f"stage {upstream!r} has no output {output!r} (it has {', '.join(STAGES[upstream].outputs) or 'none'})",
             )
     return cfg
+
+
+def check_layout(cfg: PipelineConfig, selected: list[str]) -> None:
+    """The selected stages can run in the configured actor layout (before any work: the co-located layout would
+    otherwise fail at the first stage with env groups, hours into a run)."""
+    grouped = [name for name in selected if STAGES[name].env_groups]
+    check(
+        cfg.resources.mode == "decoupled" or not grouped,
+        "resources.mode",
+        f"colocated, but stages {grouped} train env groups, each on simulator actors of its own (the decoupled "
+        "layout): run them with resources.mode decoupled and sim.device cpu, or stop before them (--until-stage)",
+    )
 
 
 def load_pipeline(profile: str = "local", sets: list[str] | None = None) -> PipelineConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 SMOKE = ["--profile", "smoke"]
 T = "stages.locomotion_teacher"
@@ -45,6 +46,14 @@ def test_simulating_on_a_gpu_asks_for_the_colocated_layout_holding_a_gpu(tmp_pat
         "colocated" in decoupled.stderr, decoupled.stderr[-2000:]  # fmt: skip
     no_gpu = llp("run", *SMOKE, *gpu, "--set", "resources.mode=colocated", timeout=60)
     assert no_gpu.returncode == 2 and "resources.learner_gpus: sim.device cuda needs" in no_gpu.stderr
+    colocated = ["--set", "resources.mode=colocated", "--set", "resources.learner_gpus=1"]
+    groups = llp("run", *SMOKE, *gpu, *colocated, timeout=60)  # merge and transition need the decoupled layout
+    assert groups.returncode == 2 and "resources.mode: colocated, but stages ['merge', 'transition'] train env " \
+        "groups" in groups.stderr, groups.stderr[-2000:]  # fmt: skip
+    if not torch.cuda.is_available():  # the stages before them would wait for a GPU forever
+        teacher = llp("run", *SMOKE, *gpu, *colocated, "--until-stage", "locomotion_teacher", timeout=60)
+        assert teacher.returncode == 2 and "reserve 1 GPUs (resources.learner_gpus) but this machine has 0" in \
+            teacher.stderr, teacher.stderr[-2000:]  # fmt: skip
     assert not root.exists()
 
 

@@ -83,6 +83,10 @@ class ResourcesConfig:
         cpus = round(self.sim_actors * self.sim_actor_cpus / actors, 3)
         return replace(self, sim_actors=actors, sim_actor_cpus=cpus)
 
+    def gpu_demand(self) -> float:
+        """GPUs a training stage's actors reserve at once."""
+        return self.learner_gpus * (1 if self.mode == "colocated" else self.learners)
+
     def cpu_demand(self) -> float:
         """CPUs a training stage's actors reserve at once (Ray waits forever for CPUs that never come)."""
         if self.mode == "colocated":
