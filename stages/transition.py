@@ -32,6 +32,8 @@ CRITIC_OBS = ["critic/proprio", "critic/command", "critic/height_scan", "group/o
 # box). Offsets from the box's front (terrain.approach_length after the spawn), but the approach.
 EVALUATION_STARTS = {
     "approach": None,  # approach-to-skill entry: from the spawn, walk 2.5 m to the box, climb onto it
+    "walk_in": (-0.8, -0.7),  # a few steps before the skill's start: walk them, then climb
+    "step_in": (-0.65, -0.55),  # one short step before the skill's start
     "edge": (-0.55, -0.35),  # the skill from a favourable start: where the skill's motion starts (0.45 m before)
 }
 
@@ -135,7 +137,8 @@ class TransitionConfig:
     course_evaluations: list[str] = field(
         default_factory=lambda: list(EVALUATION_STARTS),
         doc="Course evaluations, each on its own trials: approach (from the spawn: the entry into the skill), "
-        "edge (the skill from its motion's start).",
+        "walk_in and step_in (0.7-0.8 and 0.55-0.65 m before the box: how far the entry reaches back), edge (the "
+        "skill from its motion's start, 0.35-0.55 m before the box).",
     )
     retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=_ppo, doc="PPO on the course group, DAgger on the expert groups.")
