@@ -210,6 +210,7 @@ def test_llp_bench_gpu_runs_its_measures_at_small_counts_on_the_cpu_and_names_a_
     for key in ("env_policy_steps_per_s", "physics_policy_steps_per_s", "colocated_env_steps_per_s"):
         assert row[key] > 0, key
     assert 0 < row["env_over_physics"] and report["ppo_update_samples_per_s"] > 0
+    assert row["host_task_env_policy_steps_per_s"] > 0 and row["device_over_host_task"] > 0
     assert report["targets"]["colocated_env_steps_per_s"] == 300_000
     if not torch.cuda.is_available():
         missing = bench()

@@ -9,7 +9,9 @@ For each env count, on the locomotion terrain (the teacher's task, ``sim.backend
                                actor and critic, then PPO's 5 epochs x 4 minibatches), collector and learner
                                on the same device, rollouts never copied to the host
 
-and, once, the PPO update of the teacher network (``llp bench learner``'s measure) at the largest count.
+and, once, the PPO update of the teacher network (``llp bench learner``'s measure) at the largest count, and
+at the smallest count the same task computed on the host (``ParkourEnv`` on the same Warp device, reading the
+state back each step): ``device_over_host_task`` is what keeping the task on the device gains.
 Wall clock, with the device synchronised at both ends of each timed block; the two env measures alternate
 in blocks so that drift hits both alike. The same code runs on the CPU at small counts (CI), where Warp's CPU
 kernels make it a test, not a figure.
@@ -40,14 +42,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _env(num_envs: int, device: str, seed: int):
+def _env(num_envs: int, device: str, seed: int, on_device: bool = True):
     from llp.config.files import env_config
     from llp.sim.backend import simulating_on
     from llp.sim.device_env import DeviceParkourEnv
+    from llp.sim.env import ParkourEnv
 
     with simulating_on("warp", device):
         cfg = env_config(overrides={"robot": {"policy_joints": [".*(hip|knee|ankle).*"]}})
-    return DeviceParkourEnv(cfg, num_envs, seed=seed)
+    return (DeviceParkourEnv if on_device else ParkourEnv)(cfg, num_envs, seed=seed)
+
+
+def host_task(num_envs: int, device: str, steps: int, seed: int) -> float:
+    """Policy steps/s of ``ParkourEnv`` on the same Warp device: physics there, the task in numpy on the host."""
+    env = _env(num_envs, device, seed, on_device=False)
+    zeros = torch.zeros(num_envs, env.num_actions)
+    for _ in range(3):
+        env.step(zeros)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        env.step(zeros)  # (each step ends with the state read back: no separate synchronisation)
+    return steps * num_envs / (time.perf_counter() - t0)
 
 
 def env_and_physics(env, steps: int, rounds: int = 5) -> tuple[float, float]:
@@ -122,6 +137,11 @@ def run(device: str = "cuda", num_envs: tuple[int, ...] = (4096, 16384, 32768), 
         del env
         if kind == "cuda":
             torch.cuda.empty_cache()
+    first = str(num_envs[0])
+    rows[first]["host_task_env_policy_steps_per_s"] = round(host_task(num_envs[0], device, steps, seed), 1)
+    rows[first]["device_over_host_task"] = round(
+        rows[first]["env_policy_steps_per_s"] / rows[first]["host_task_env_policy_steps_per_s"], 3
+    )
     update = learner_bench.run(device=device, num_envs=max(num_envs), repeats=2)
     return {
         "device": device,

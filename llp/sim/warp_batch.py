@@ -49,6 +49,10 @@ class WarpBatch:
         with wp.ScopedDevice(self.device):
             sizes = {name: num_envs for name in PARAM_FIELDS} if params else None
             self.m = mjw.put_model(model, batch_sizes=sizes)
+            # the solver stops at the model's iteration limit by design (MuJoCo's C engine notes it silently);
+            # Warp would print a line per world and step from inside its kernels. Overflows still print.
+            quiet = mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS
+            self.m.opt.warn_overflow = int(self.m.opt.warn_overflow) & ~int(quiet)
             self.d = mjw.make_data(model, nworld=num_envs)
             if self.device.is_cuda:  # load every kernel before a graph is captured; the state starts anew after
                 mjw.step(self.m, self.d)
