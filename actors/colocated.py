@@ -30,9 +30,6 @@ class ColocatedWorker(HostsEnv, HoldsLearner):
         physics runs on a GPU (``task_on_device``)."""
         torch.set_num_threads(learner_threads)
         on_device = task_on_device(spec) if device_task is None else device_task
-        if on_device and spec.teachers:
-            raise ValueError("teachers label on the host: a stage with teachers runs its task on the host "
-                             "(sim.device cpu)")  # fmt: skip
         self.env = build_env(spec, 0, threads, device_task=on_device)
         groups = teacher_groups(spec, self.env.course_state()["column"])
         device = self.env.device if on_device else "cpu"

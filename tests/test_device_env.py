@@ -105,6 +105,51 @@ def test_a_fall_ends_one_env_and_resets_it_without_touching_the_others():
     assert result.final_obs["policy"]["proprio"].shape == result.obs["policy"]["proprio"].shape
 
 
+def test_a_leg_only_teacher_in_its_own_layout_labels_on_the_device_as_on_the_host(pair):
+    host, dev = pair
+    _copy_state(host, dev)
+    legs = [n for n in host.joint_names if any(k in n for k in ("hip", "knee", "ankle"))]
+    assert 0 < len(legs) < host.num_actions
+    ids = torch.tensor([0, 2, 3])
+    meaning = ("default", 0.3, legs, "tracking")
+    sub_host = {g: {t: v[ids] for t, v in terms.items()} for g, terms in host.observe().items()}
+    sub_dev = {g: {t: v[ids] for t, v in terms.items()} for g, terms in dev.refresh().items()}
+    a, b = host.teacher_obs(sub_host, ids, *meaning), dev.teacher_obs(sub_dev, ids, *meaning)
+    assert b["policy"]["proprio"].shape[1] == a["policy"]["proprio"].shape[1] == 6 + 2 * host.num_actions + len(legs)
+    np.testing.assert_allclose(b["policy"]["proprio"].numpy(), a["policy"]["proprio"].numpy(), atol=2e-5)
+    actions = torch.randn(3, len(legs), generator=torch.Generator().manual_seed(1))
+    np.testing.assert_allclose(dev.convert_actions(actions, ids, *meaning).numpy(),
+                               host.convert_actions(actions, ids, *meaning).numpy(), atol=1e-5)  # fmt: skip
+    assert dev.teacher_obs(sub_dev, ids) is sub_dev  # the env's own meaning: nothing to convert
+
+
+def test_a_collector_with_a_teacher_labels_its_envs_on_the_device_env_reading_back_once_a_step():
+    from llp.config.schema import build
+    from llp.learn.configs import ActorConfig, CriticConfig
+    from llp.learn.models import Actor, Critic
+    from llp.learn.rollout import RolloutCollector, Teacher
+    from llp.sim.device_env import DeviceParkourEnv
+    from tests.test_device import READS, HostTraffic
+
+    env = DeviceParkourEnv(_cfg(), 4, seed=3)
+    dims = env.obs_dims()
+    obs = ["policy/proprio", "policy/command", "policy/height_scan"]
+    torch.manual_seed(0)
+    actor = Actor(build(ActorConfig, {"obs": obs, "hidden_dims": [16]}), dims, env.num_actions)
+    critic = Critic(build(CriticConfig, {"obs": obs, "hidden_dims": [16]}), dims)
+    expert = Actor(build(ActorConfig, {"obs": obs, "hidden_dims": [16], "num_frames": 2}), dims, env.num_actions)
+    teacher = Teacher(expert, torch.tensor([1, 3]))
+    collector = RolloutCollector(env, actor, critic, 3, teachers=[teacher])
+    with HostTraffic(env.device) as traffic:
+        rollout = collector.collect()
+    assert rollout.teacher_actions.shape == (3, 4, env.num_actions)
+    assert rollout.labelled.tolist() == [False, True, False, True]
+    assert not rollout.teacher_actions[:, [0, 2]].any() and rollout.teacher_actions[:, [1, 3]].abs().sum() > 0
+    reads = collections.Counter(name for name in traffic.seen if name in READS)
+    assert reads["aten.nonzero.default"] == 3 and reads["aten._local_scalar_dense.default"] <= 3
+    assert collector.pop_metrics()["dagger/label_error"] > 0
+
+
 def test_depth_images_are_the_exact_geometrys_as_the_host_envs_mujoco_depth_backend_casts_them():
     from llp.sim.device_env import DeviceParkourEnv
     from llp.sim.env import ParkourEnv

@@ -102,10 +102,15 @@ class RolloutCollector:
     ):
         self.env, self.actor, self.critic = env, actor, critic
         self.num_steps = num_steps
+        # where the env keeps its tensors (a device env: the GPU that simulates; the rollout stays there)
+        self.device = torch.device(getattr(env, "device", "cpu"))
         self.teachers = teachers or []
         for teacher in self.teachers:  # experts label, they do not learn: eval mode, and no_grad in collect()
             if hasattr(teacher.actor, "eval"):
                 teacher.actor.eval()
+            if self.device.type != "cpu":  # beside the env: their labels are made where the states are
+                teacher.actor.to(self.device)
+                teacher.env_ids = teacher.env_ids.to(self.device)
         self.stochastic = stochastic
         self.reward_groups = reward_groups
         if reward_groups:
@@ -127,13 +132,13 @@ class RolloutCollector:
         self.term_count = 0
         self.end_counts: dict[str, int] = {}
         self.label_error, self.label_steps = 0.0, 0
-        # where the env keeps its tensors (a device env: the GPU that simulates; the rollout stays there)
-        self.device = torch.device(getattr(env, "device", "cpu"))
         if reward_groups:
             self._group_matrix = self._group_matrix.to(self.device)
         self._labelled = torch.zeros(env.num_envs, dtype=torch.bool, device=self.device)
         for teacher in self.teachers:
             self._labelled[teacher.env_ids] = True
+        self._num_labelled = int(self._labelled.sum())  # (once: asked every step it would wait for a GPU)
+        self._any_labelled = self._num_labelled > 0
 
     def _values(self, obs) -> torch.Tensor:
         if self.critic is None:
@@ -183,8 +188,9 @@ class RolloutCollector:
                         t_mean = env.convert_actions(t_mean, teacher.env_ids, *meaning)
                     label[teacher.env_ids] = t_mean
                 teacher_actions.append(label)
-                if bool(self._labelled.any()):  # how far the acting student is from its labels
-                    self.label_error += float((mean - label)[self._labelled].pow(2).mean())
+                if self._any_labelled:  # how far the acting student is from its labels (read at pop_metrics)
+                    per_env = (mean - label).pow(2).mean(dim=1) * self._labelled
+                    self.label_error = self.label_error + per_env.sum() / self._num_labelled
                     self.label_steps += 1
             if self.recon_ref is not None:
                 recon.append(gather(obs, [self.recon_ref]))
@@ -258,7 +264,7 @@ class RolloutCollector:
         if ended:
             out.update({f"episode_ends/{k}": v / ended for k, v in self.end_counts.items()})
         if self.label_steps:  # mean squared error per joint between the student's action mean and its label
-            out["dagger/label_error"] = self.label_error / self.label_steps
+            out["dagger/label_error"] = float(self.label_error) / self.label_steps
         self.stats.clear()
         self.term_sums, self.term_count, self.end_counts = {}, 0, {}
         self.label_error, self.label_steps = 0.0, 0

@@ -17,6 +17,8 @@ other from the same state), with these differences:
     distributions as ``ParkourEnv``, not the same draws);
   * commands and pushes are drawn for every env each step and kept where due
     (masks, so that a step does not wait on the device);
+  * teachers label on the device too (``convert_actions``, ``teacher_obs``: a leg-only teacher labels a
+    whole-body student's states, as on the host);
   * depth images are Warp's ray casts against the terrain's geoms in each world (the exact geometry, as the
     ``mujoco`` depth backend casts them), from a perfect camera: the camera model (noise, latency, dropped
     frames) runs in ``ParkourEnv`` only, and a config that asks for it is an error here.
@@ -35,7 +37,7 @@ from llp.sim import rewards as reward_terms
 from llp.sim.config import EnvConfig
 from llp.sim.env import NO_COURSE_PROGRESS, Obs, StepResult
 from llp.sim.math3d import rotate_into_yaw_frame, wrap_angle, yaw_and_gravity, yaw_quat
-from llp.sim.proprio import proprio_head
+from llp.sim.proprio import convert_proprio, proprio_head
 from llp.sim.robot import TERRAIN_GROUP, default_joint_positions, policy_joint_indices
 from llp.sim.scene import build_scene, robot_collision_geoms, world_model
 from llp.sim.sensors import camera_rays
@@ -104,6 +106,7 @@ class DeviceParkourEnv:
         if self.batch.device.is_cuda:  # torch's ops go on Warp's stream: ordered after the physics, no waits
             torch.cuda.set_stream(self.batch.wp.stream_to_torch(self.batch.device.stream))
         self.gen = torch.Generator(device=dev).manual_seed(seed)
+        self._teacher_cache: dict = {}  # a teacher's joints -> (indices, whether they are this env's)
         self._params = {}  # per-world model fields that domain randomisation writes (torch views)
         if self._randomized:
             from llp.sim.warp_batch import PARAM_FIELDS
@@ -224,6 +227,55 @@ class DeviceParkourEnv:
 
     action_offset = "default"
     proprio_layout = "locomotion"
+
+    # ------------------------------------------------------------------ teachers that drive other joints
+    def _teacher_joints(self, joints: list[str] | None) -> tuple[torch.Tensor, bool]:
+        """(indices in joint order of the joints a teacher drives, whether they are this env's); None: this env's.
+        Cached: asked every step, it would otherwise compare tensors on the device."""
+        key = None if joints is None else tuple(joints)
+        if key not in self._teacher_cache:
+            if joints is None:
+                self._teacher_cache[key] = (self.action_joints, True)
+            else:
+                unknown = [j for j in joints if j not in self.joint_names]
+                if unknown:
+                    raise ValueError(
+                        f"a teacher drives joints {unknown} that robot {self.cfg.robot.name} does not have"
+                    )
+                idx = [self.joint_names.index(j) for j in joints]
+                same = idx == self.action_joints.tolist()
+                self._teacher_cache[key] = (torch.tensor(idx, dtype=torch.long, device=self.device), same)
+        return self._teacher_cache[key]
+
+    def convert_actions(self, actions: torch.Tensor, env_ids: torch.Tensor, offset: str = "default",
+                        scale: float | None = None, joints: list[str] | None = None,
+                        layout: str | None = None) -> torch.Tensor:  # fmt: skip
+        """``ParkourEnv.convert_actions`` on the device: a teacher's actions as this env's (the same joint targets)."""
+        if offset != "default":
+            raise ValueError(f"a terrain env converts actions that offset the default pose, not {offset!r}")
+        s = self.cfg.robot.action_scale
+        targets = self.default_joint_pos.expand(len(env_ids), -1).clone()
+        targets[:, self._teacher_joints(joints)[0]] += (scale or s) * actions
+        return (targets[:, self.action_joints] - self.default_joint_pos[self.action_joints]) / s
+
+    def teacher_obs(self, obs: dict, env_ids: torch.Tensor, offset: str = "default", scale: float | None = None,
+                    joints: list[str] | None = None, layout: str | None = None) -> dict:  # fmt: skip
+        """``ParkourEnv.teacher_obs`` on the device: the last action in proprio as the teacher's own, the
+        proprioception in its layout."""
+        if offset != "default":
+            raise ValueError(f"a terrain env shows teachers actions that offset the default pose, not {offset!r}")
+        theirs, same = self._teacher_joints(joints)
+        if same and scale in (None, self.cfg.robot.action_scale) and layout in (None, self.proprio_layout):
+            return obs
+        last = (self.ctrl[env_ids][:, theirs] - self.default_joint_pos[theirs]) / (scale or self.cfg.robot.action_scale)
+        out = {}
+        for group, terms in obs.items():
+            out[group] = dict(terms)
+            if "proprio" in terms:  # its last block is the last action
+                kept = convert_proprio(terms["proprio"][:, : -self.num_actions], self.proprio_layout,
+                                       layout or self.proprio_layout)  # fmt: skip
+                out[group]["proprio"] = torch.cat([kept, last], dim=1)
+        return out
 
     # ------------------------------------------------------------------ reset
     def reset(self) -> Obs:
