@@ -256,9 +256,14 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
             print(f"[llp] {ctx.stage}: resumed in phase B; phase A's policy is not evaluated", flush=True)
     _evaluate(ctx, cfg, policies, "favorable start")
     if cfg.generalization.iterations:
-        expert_b = (tracker.uri, replace(gen_cfg, task=replace(gen_cfg.task, action_offset=offset)))
-        at_b = {k: (v[0], gen_cfg) for k, v in policies.items() if k != "tracking expert"}
-        _evaluate(ctx, cfg, {"tracking expert": expert_b, **at_b}, "standing start")
+        standing = replace(gen_cfg, task=replace(gen_cfg.task, lead_in_m=0.0))  # on the motion's start
+        starts = {"standing start": standing}
+        if gen_cfg.task.lead_in_m > 0:  # and phase B's own: up to lead_in_m behind it
+            starts["walk-in start"] = gen_cfg
+        for protocol, env_b in starts.items():
+            expert_b = (tracker.uri, replace(env_b, task=replace(env_b.task, action_offset=offset)))
+            at_b = {k: (v[0], env_b) for k, v in policies.items() if k != "tracking expert"}
+            _evaluate(ctx, cfg, {"tracking expert": expert_b, **at_b}, protocol)
     return {"policy": uri}
 
 
@@ -318,7 +323,8 @@ class DefaultPose:
 def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> None:
     """Each policy (a URI, a local actor, or None: the default pose) on the same ``cfg.trials`` fresh trials from
     the first frame, spread over the env's lanes; metrics eval/<who>/... for the favorable start (the hardest
-    reference in its first pose), eval/standing_start/<who>/... for phase B's start; a table per protocol with
+    reference in its first pose), eval/standing_start/<who>/... for phase B's start on the motion's start,
+    eval/walk-in_start/<who>/... for phase B's own starts (with its lead-in); a table per protocol with
     each lane's success."""
     from llp.motion.tracking_env import TrackingEnv
     from llp.stages.reference_augmentation import run_trials

@@ -87,6 +87,14 @@ class TrackingTaskConfig:
         doc="Joints at an episode's start: the reference frame's (reference) or the default pose, the locomotion "
         "teacher's standing posture (default).",
     )
+    lead_in_m: float = field(
+        default=0.0,
+        doc="Each episode (training and trial) starts up to this far behind its start frame, drawn uniformly, m; "
+        "the reference's clock waits at that frame until the pelvis reaches it (within lead_in_tolerance_m) or "
+        "lead_in_timeout_s passes. 0: episodes start on the reference.",
+    )
+    lead_in_tolerance_m: float = field(default=0.05, doc="The clock starts this close behind the start frame, m.")
+    lead_in_timeout_s: float = field(default=3.0, doc="The clock starts after this long at the latest, s.")
     hold_s: float = field(default=1.0, doc="Seconds the final pose is held after the motion: success needs it.")
     success_distance: float = field(default=0.15, doc="Success: pelvis within this of the final reference, m.")
     observations: dict[str, list[str]] = field(doc=f"Groups -> terms: {', '.join(TRACKING_OBSERVATIONS)}.")
@@ -115,6 +123,9 @@ class TrackingTaskConfig:
         check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
         check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
         check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")
+        check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
+        check(self.lead_in_tolerance_m >= 0, f"{p}lead_in_tolerance_m", "must be >= 0")
+        check(self.lead_in_timeout_s > 0, f"{p}lead_in_timeout_s", "must be > 0")
         check(self.proprio_layout in ("tracking", "locomotion"), f"{p}proprio_layout", "must be tracking or locomotion")
         check(len(self.tracked_bodies) > 0, f"{p}tracked_bodies", "needs at least one body")
         for name, term in self.rewards.items():

@@ -7,10 +7,12 @@ skill over several obstacle heights (a skill expert's generalisation).
 Training episodes start at a random frame of the reference, in its pose and velocity (reference-state
 initialisation, DeepMimic; mjlab samples start frames too), or in the motion's first ``start_window_s``
 seconds, in the reference's posture or the default one; they run to the end of the motion plus ``hold_s`` in
-its final pose. The policy adds a correction to the reference's next joint positions (``action_offset:
-reference``) or offsets the default pose (``default``). ``trial_mode`` starts every episode at the first frame
-and records each env's trajectory, for the dynamic acceptance test and for taking the best rollout as the
-repaired reference.
+its final pose. With ``lead_in_m`` an episode starts up to that far behind its start frame and the
+reference's clock waits there until the pelvis has walked up to it (or ``lead_in_timeout_s`` passes): a skill
+that starts from a range of distances before its obstacle. The policy adds a correction to the reference's
+next joint positions (``action_offset: reference``) or offsets the default pose (``default``). ``trial_mode``
+starts every episode at the first frame (behind it with a lead-in) and records each env's trajectory, for the
+dynamic acceptance test and for taking the best rollout as the repaired reference.
 
 Rewards (each weighted and multiplied by the policy step, as in ``ParkourEnv``):
   anchor_pos      exp(-|p_pelvis - p_ref|^2 / std^2), world frame = the scene's frame
@@ -157,6 +159,9 @@ class TrackingEnv:
         self.episode_length = np.zeros(n, dtype=np.int64)
         self.episode_return = np.zeros(n)
         self.body_error = np.zeros(n)  # sum over the episode of the mean tracked-body position error
+        self.waiting = np.zeros(n, dtype=bool)  # lead-in: the reference's clock waits at the start frame
+        self.wait_left = np.zeros(n, dtype=np.int64)  # lead-in: policy steps before the clock starts anyway
+        self.lead_in = np.zeros(n)  # lead-in: how far behind its start frame the episode began, m
         self.trial_mode = False
         self.trajectories: list[list[np.ndarray]] = [[] for _ in range(n)]
         self.finished: list[dict] = []  # trial mode: one record per ended episode
@@ -200,6 +205,12 @@ class TrackingEnv:
         q[:, self.joint_qpos] += rng.uniform(-1, 1, size=(k, self.num_actions)) * task.init_joint_noise
         q[:, 0:2] += rng.uniform(-1, 1, size=(k, 2)) * task.init_root_noise
         q[:, self.joint_qpos] = np.clip(q[:, self.joint_qpos], self.joint_lo, self.joint_hi)
+        if task.lead_in_m > 0:  # behind the start frame along the motion (+x), the clock waiting there
+            back = rng.uniform(0, task.lead_in_m, size=k)
+            q[:, 0] -= back
+            self.lead_in[ids] = back
+            self.waiting[ids] = back > task.lead_in_tolerance_m
+            self.wait_left[ids] = int(round(task.lead_in_timeout_s / self.dt))
         self.qpos[ids] = q
         self.qvel[ids] = ref.qvel[lane, start]
         if task.start_posture == "default":
@@ -288,11 +299,15 @@ class TrackingEnv:
         a = np.clip(a, -task.action_clip, task.action_clip)
         self.last_actions[:] = self.actions
         self.actions[:] = a
-        nxt = np.minimum(self.frame + 1, self.last_frame)
+        nxt = np.where(self.waiting, self.frame, np.minimum(self.frame + 1, self.last_frame))
         self.ctrl[:] = self.joint_offsets(task.action_offset) + task.action_scale * a
         self.prev_body_pos[:] = self.xpos[:, self.bodies]
         self.batch.step(nstep=task.decimation, stage=mujoco.mjtStage.mjSTAGE_POS)
         self.frame = nxt
+        if self.waiting.any():  # lead-in: the clock starts once the pelvis is at the start frame's
+            arrived = self.qpos[:, 0] >= self.ref.qpos[self.lane, self.frame, 0] - task.lead_in_tolerance_m
+            self.wait_left -= self.waiting
+            self.waiting &= ~arrived & (self.wait_left > 0)
         self.episode_length += 1
 
         terms, errors = self._rewards()
@@ -331,7 +346,7 @@ class TrackingEnv:
                     self.finished.append({
                         "env": int(env), "lane": int(self.lane[env]), "reference_id": self.lane_ids[self.lane[env]],
                         "success": bool(success[env]), "fell": bool(terminated[env]),
-                        "frames": int(self.episode_length[env]),
+                        "frames": int(self.episode_length[env]), "lead_in_m": float(self.lead_in[env]),
                         "tracking_error_m": float(self.body_error[env] / max(self.episode_length[env], 1)),
                         "final_anchor_error_m": float(errors["anchor_pos"][env]),
                         "qpos": np.array(self.trajectories[env]),
