@@ -187,6 +187,38 @@ def test_starts_near_the_motion_start_in_the_default_posture(seed):
     assert np.abs(trials.qpos[:, trials.joint_qpos] - trials.default_joint_pos).max() <= 0.05 + 1e-9
 
 
+def test_a_lead_in_starts_behind_the_start_frame_and_the_reference_waits_for_the_pelvis(seed):
+    """Episodes start up to lead_in_m behind their start frame (trials too); the reference's clock holds until the
+    pelvis reaches the start frame's x, or the timeout passes."""
+    still = {"action_offset": "default", "start_posture": "default", "start_window_s": 0.2, "start_at_zero": 0.0}
+    cfg = _two_heights(seed, lead_in_m=0.3, lead_in_timeout_s=0.1, **still)
+    env = TrackingEnv(cfg, 64, seed=4)
+    start_x = env.ref.qpos[env.lane, env.start_frame, 0]
+    behind = start_x - env.qpos[:, 0]
+    np.testing.assert_allclose(behind, env.lead_in, atol=env.task.init_root_noise + 1e-9)
+    assert env.lead_in.min() >= 0 and env.lead_in.max() <= 0.3 and env.lead_in.max() > 0.25
+    np.testing.assert_array_equal(env.waiting, env.lead_in > env.task.lead_in_tolerance_m)
+    walked = np.flatnonzero(env.waiting)[:8]  # these envs' pelvis put at their start frame's x
+    env.qpos[walked, 0] = start_x[walked]
+    env.batch.forward(walked)
+    zero, was = torch.zeros(64, env.num_actions), env.waiting.copy()
+    env.step(zero)
+    np.testing.assert_array_equal(env.frame, env.start_frame + ~was)  # the waiting ones held their frame
+    rest = was.copy()
+    rest[walked] = False
+    assert env.waiting[rest & (env.lead_in > 0.1)].all()  # the rest wait (within a step's drift of the tolerance)
+    assert not env.waiting[walked].any()
+    env.step(zero)
+    assert (env.frame[walked] == env.start_frame[walked] + 1).all()
+    for _ in range(4):  # the timeout: 0.1 s, 5 steps, and every clock runs
+        env.step(zero)
+    assert not env.waiting.any()
+    trials = TrackingEnv(cfg, 16, seed=4)
+    trials.start_trials()
+    assert (trials.start_frame == 0).all() and trials.lead_in.max() > 0.1
+    np.testing.assert_allclose(trials.qpos[:, 0], trials.ref.qpos[trials.lane, 0, 0] - trials.lead_in, atol=0.02 + 1e-9)
+
+
 def test_lanes_with_other_contact_frames_are_refused(seed):
     from llp.motion.tracking import Lane
 
