@@ -62,7 +62,13 @@ def _ppo() -> PPOConfig:
 
 
 def _phase_b_env() -> dict[str, Any]:
-    return {"start_window_s": 0.2, "start_at_zero": 0.0, "start_posture": "default", "lead_in_m": 0.35}
+    return {
+        "start_window_s": 0.2,
+        "start_at_zero": 0.0,
+        "start_posture": "default",
+        "lead_in_m": 0.35,
+        "lead_in_levels": 7,
+    }
 
 
 def _phase_b_ppo() -> PPOConfig:

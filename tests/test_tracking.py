@@ -219,6 +219,28 @@ def test_a_lead_in_starts_behind_the_start_frame_and_the_reference_waits_for_the
     np.testing.assert_allclose(trials.qpos[:, 0], trials.ref.qpos[trials.lane, 0, 0] - trials.lead_in, atol=0.02 + 1e-9)
 
 
+def test_a_lead_in_curriculum_draws_up_to_each_envs_level_and_moves_it_by_the_outcome(seed):
+    still = {"action_offset": "default", "start_posture": "default", "start_window_s": 0.2, "start_at_zero": 0.0}
+    env = TrackingEnv(_two_heights(seed, lead_in_m=0.3, lead_in_levels=3, **still), 60, seed=4)
+    assert (env.lead_level == 0).all() and (env.lead_in == 0).all()  # every env starts at level 0: no lead-in
+    env.lead_level[:] = np.repeat([1, 2, 3], 20)
+    env._reset_envs(env.env_ids)
+    for level in (1, 2, 3):
+        drawn = env.lead_in[env.lead_level == level]
+        assert drawn.max() <= 0.1 * level + 1e-12 and drawn.max() > 0.1 * level - 0.05
+    ended = np.zeros(0, dtype=int)
+    zero = torch.zeros(60, env.num_actions)
+    while not len(ended):  # the default pose falls off the motion: its envs move one level down
+        levels = env.lead_level.copy()
+        result = env.step(zero)
+        if "episode" in result.info:
+            ended = np.flatnonzero(result.terminated.numpy() | result.truncated.numpy())
+            np.testing.assert_array_equal(result.info["episode"]["start_step"], levels[ended])
+            success = result.info["episode"]["success"]
+            moved = np.clip(levels[ended] + np.where(success, 1, -1), 0, 3)
+            np.testing.assert_array_equal(env.lead_level[ended], moved)
+
+
 def test_lanes_with_other_contact_frames_are_refused(seed):
     from llp.motion.tracking import Lane
 

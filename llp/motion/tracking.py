@@ -93,6 +93,12 @@ class TrackingTaskConfig:
         "the reference's clock waits at that frame until the pelvis reaches it (within lead_in_tolerance_m) or "
         "lead_in_timeout_s passes. 0: episodes start on the reference.",
     )
+    lead_in_levels: int = field(
+        default=0,
+        doc="A start curriculum over the lead-in (training only): each env at level k of lead_in_levels draws up "
+        "to lead_in_m x k / lead_in_levels, one level up after a success, one down otherwise; it starts at 0. "
+        "0: every episode draws from the whole range (as trials do).",
+    )
     lead_in_tolerance_m: float = field(default=0.05, doc="The clock starts this close behind the start frame, m.")
     lead_in_timeout_s: float = field(default=3.0, doc="The clock starts after this long at the latest, s.")
     hold_s: float = field(default=1.0, doc="Seconds the final pose is held after the motion: success needs it.")
@@ -124,6 +130,7 @@ class TrackingTaskConfig:
         check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
         check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")
         check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
+        check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
         check(self.lead_in_tolerance_m >= 0, f"{p}lead_in_tolerance_m", "must be >= 0")
         check(self.lead_in_timeout_s > 0, f"{p}lead_in_timeout_s", "must be > 0")
         check(self.proprio_layout in ("tracking", "locomotion"), f"{p}proprio_layout", "must be tracking or locomotion")

@@ -162,6 +162,7 @@ class TrackingEnv:
         self.waiting = np.zeros(n, dtype=bool)  # lead-in: the reference's clock waits at the start frame
         self.wait_left = np.zeros(n, dtype=np.int64)  # lead-in: policy steps before the clock starts anyway
         self.lead_in = np.zeros(n)  # lead-in: how far behind its start frame the episode began, m
+        self.lead_level = np.zeros(n, dtype=np.int64)  # lead-in curriculum: this env's level
         self.trial_mode = False
         self.trajectories: list[list[np.ndarray]] = [[] for _ in range(n)]
         self.finished: list[dict] = []  # trial mode: one record per ended episode
@@ -206,7 +207,10 @@ class TrackingEnv:
         q[:, 0:2] += rng.uniform(-1, 1, size=(k, 2)) * task.init_root_noise
         q[:, self.joint_qpos] = np.clip(q[:, self.joint_qpos], self.joint_lo, self.joint_hi)
         if task.lead_in_m > 0:  # behind the start frame along the motion (+x), the clock waiting there
-            back = rng.uniform(0, task.lead_in_m, size=k)
+            reach = task.lead_in_m
+            if task.lead_in_levels and not self.trial_mode:  # the curriculum: up to the env's level
+                reach = task.lead_in_m * self.lead_level[ids] / task.lead_in_levels
+            back = rng.uniform(0, 1, size=k) * reach
             q[:, 0] -= back
             self.lead_in[ids] = back
             self.waiting[ids] = back > task.lead_in_tolerance_m
@@ -341,6 +345,10 @@ class TrackingEnv:
                 "terminated": terminated[ids].copy(),
                 "success": success[ids].copy(),
             }
+            if task.lead_in_levels and not self.trial_mode:  # the curriculum: the level each episode began at
+                info["episode"]["start_step"] = self.lead_level[ids].copy()
+                step = self.lead_level[ids] + np.where(success[ids], 1, -1)
+                self.lead_level[ids] = np.clip(step, 0, task.lead_in_levels)
             if self.trial_mode:
                 for env in ids:
                     self.finished.append({
