@@ -1,8 +1,7 @@
 """LLP stage 4, the multi-expert merge: one height-scan student learns every behaviour from its experts.
 
 The envs are split into groups, one per behaviour: locomotion on the terrain courses of stage 1, and one
-group per skill on the skill's course (phase B's: every accepted height of the library, a standing start,
-behind the motion's start by up to the skill's lead-in).
+group per skill on the skill's course (phase B's: every accepted height of the library, a standing start).
 Each simulator actor hosts one group, and its expert labels every state the student visits there: the
 locomotion teacher on the terrain, the skill's expert on its course (online DAgger, no PPO: LLP trains this
 stage by DAgger alone). The learner joins the groups' rollouts into one update.
@@ -16,7 +15,7 @@ pose) and reads its gait clock, the skill expert reads the tracking task's propr
 Evaluated in the stage, group by group on fresh trials, beside each group's expert and a policy that does
 nothing (stand still, hold the default pose): the locomotion group with the evaluation protocol of ``llp
 evaluate`` (the same trials for every policy), each skill group from the standing start of the skill stage's
-phase B over every height (with its lead-in).
+phase B over every height.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ def skill_group_overrides() -> dict[str, Any]:
         "start_window_s": 0.2,  # the skill stage's phase B: near the motion's start, standing
         "start_at_zero": 0.0,
         "start_posture": "default",
-        "lead_in_m": 0.35,  # and up to 0.35 m behind it, as phase B
     }
 
 

@@ -62,13 +62,7 @@ def _ppo() -> PPOConfig:
 
 
 def _phase_b_env() -> dict[str, Any]:
-    return {
-        "start_window_s": 0.2,
-        "start_at_zero": 0.0,
-        "start_posture": "default",
-        "lead_in_m": 0.35,
-        "lead_in_levels": 7,
-    }
+    return {"start_window_s": 0.2, "start_at_zero": 0.0, "start_posture": "default"}
 
 
 def _phase_b_ppo() -> PPOConfig:
@@ -103,6 +97,11 @@ class SkillExpertConfig:
     iterations: int = field(default=1000, doc="Phase A: DAgger + PPO iterations.")
     checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
     trials: int = field(default=64, doc="Evaluation trials from the first frame, per policy (the same trials).")
+    walk_in_m: float = field(
+        default=0.35,
+        doc="Also evaluated from standing starts up to this far behind the motion's start (phase B's env with "
+        "this lead-in): how far before its box the skill can begin. 0: not evaluated.",
+    )
     retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=_ppo, doc="The learning rule: DAgger (dagger_coef) + lambda PPO (rl_coef).")
     actor: ActorConfig = field(default_factory=_actor, doc="The skill policy (no reference in its input).")
@@ -119,6 +118,7 @@ class SkillExpertConfig:
             check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
         gen = self.generalization
         check(gen.iterations >= 0, f"{path}.generalization.iterations", "must be >= 0")
+        check(self.walk_in_m >= 0, f"{path}.walk_in_m", "must be >= 0")
         check(gen.ppo.dagger_coef == 0, f"{path}.generalization.ppo.dagger_coef", "phase B has no expert labels: 0")
         check(gen.ppo.rl_coef > 0, f"{path}.generalization.ppo.rl_coef", "phase B learns by PPO alone: > 0")
         check(gen.ppo.num_steps == self.ppo.num_steps, f"{path}.generalization.ppo.num_steps",
@@ -262,10 +262,10 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
             print(f"[llp] {ctx.stage}: resumed in phase B; phase A's policy is not evaluated", flush=True)
     _evaluate(ctx, cfg, policies, "favorable start")
     if cfg.generalization.iterations:
-        standing = replace(gen_cfg, task=replace(gen_cfg.task, lead_in_m=0.0))  # on the motion's start
-        starts = {"standing start": standing}
-        if gen_cfg.task.lead_in_m > 0:  # and phase B's own: up to lead_in_m behind it
-            starts["walk-in start"] = gen_cfg
+        starts = {"standing start": replace(gen_cfg, task=replace(gen_cfg.task, lead_in_m=0.0))}
+        if cfg.walk_in_m > 0:  # and up to walk_in_m behind the motion's start, drawn from the whole range
+            walk_in = replace(gen_cfg.task, lead_in_m=cfg.walk_in_m, lead_in_levels=0)
+            starts["walk-in start"] = replace(gen_cfg, task=walk_in)
         for protocol, env_b in starts.items():
             expert_b = (tracker.uri, replace(env_b, task=replace(env_b.task, action_offset=offset)))
             at_b = {k: (v[0], env_b) for k, v in policies.items() if k != "tracking expert"}
@@ -330,7 +330,7 @@ def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> Non
     """Each policy (a URI, a local actor, or None: the default pose) on the same ``cfg.trials`` fresh trials from
     the first frame, spread over the env's lanes; metrics eval/<who>/... for the favorable start (the hardest
     reference in its first pose), eval/standing_start/<who>/... for phase B's start on the motion's start,
-    eval/walk-in_start/<who>/... for phase B's own starts (with its lead-in); a table per protocol with
+    eval/walk-in_start/<who>/... from up to ``walk_in_m`` behind it; a table per protocol with
     each lane's success."""
     from llp.motion.tracking_env import TrackingEnv
     from llp.stages.reference_augmentation import run_trials

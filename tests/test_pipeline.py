@@ -180,6 +180,7 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
     for who in ("tracking_expert", "skill_policy", "default_pose", "after_phase_A"):
         assert 0 <= run.data.metrics[f"eval/{who}/success_rate"] <= 1  # from the hardest reference's first pose
         assert 0 <= run.data.metrics[f"eval/standing_start/{who}/success_rate"] <= 1  # phase B's starts
+        assert 0 <= run.data.metrics[f"eval/walk-in_start/{who}/success_rate"] <= 1  # up to walk_in_m behind
     phases = mlflow_client(services).get_metric_history(run.info.run_id, "phase/generalization")
     assert [m.value for m in sorted(phases, key=lambda m: m.step)] == [0, 0, 0, 1, 1]  # 3 DAgger + PPO, 2 PPO
     assert run.data.params["inputs.tracker"] == upstream["tracker"]

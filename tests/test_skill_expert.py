@@ -92,6 +92,7 @@ def test_the_goal_reward_peaks_on_top_of_the_box(seed):
             "reference or default",
         ),
         ({"generalization": {"env": {"lead_in_m": -0.1}}}, "generalization.env.lead_in_m", "must be >= 0"),
+        ({"walk_in_m": -0.1}, "walk_in_m", "must be >= 0"),
         ({"generalization": {"ppo": {"dagger_coef": 1.0}}}, "generalization.ppo.dagger_coef", "no expert labels"),
         ({"generalization": {"ppo": {"num_steps": 12}}}, "generalization.ppo.num_steps", "rollout length 8"),
     ],
