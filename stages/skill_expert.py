@@ -268,9 +268,11 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
         starts = {"standing start": replace(gen_cfg, task=replace(gen_cfg.task, lead_in_m=0.0))}
         if cfg.walk_in_m > 0:  # and up to walk_in_m behind the motion's start, drawn from the whole range; a policy
             # that walks in keeps its own timing, so heights are not held to the reference's clock: the trial ends
-            # on a tip-over or the hold, and succeeds as every trial does (the pelvis at the reference's end)
+            # on a tip-over or the hold, and succeeds as every trial does (the pelvis at the reference's end); the
+            # clock waits for the pelvis (lead_in_speed 0) whatever phase B trained with
             loose = replace(gen_cfg.task.terminations, anchor_z=WALK_IN_UNHELD_Z, end_body_z=WALK_IN_UNHELD_Z)
-            walk_in = replace(gen_cfg.task, lead_in_m=cfg.walk_in_m, lead_in_levels=0, terminations=loose)
+            walk_in = replace(gen_cfg.task, lead_in_m=cfg.walk_in_m, lead_in_levels=0, lead_in_speed=0.0,
+                              terminations=loose)  # fmt: skip
             starts["walk-in start"] = replace(gen_cfg, task=walk_in)
         for protocol, env_b in starts.items():
             expert_b = (tracker.uri, replace(env_b, task=replace(env_b.task, action_offset=offset)))

@@ -219,6 +219,35 @@ def test_a_lead_in_starts_behind_the_start_frame_and_the_reference_waits_for_the
     np.testing.assert_allclose(trials.qpos[:, 0], trials.ref.qpos[trials.lane, 0, 0] - trials.lead_in, atol=0.02 + 1e-9)
 
 
+def test_a_walking_lead_in_moves_the_reference_in_at_its_speed_and_its_clock_starts_on_arrival(seed):
+    """With lead_in_speed the start frame walks in from where the episode began: rewards read the moved frame (a
+    pelvis kept on it scores an anchor kernel of 1), it moves forward lead_in_speed x dt a step, and the clock
+    starts when it arrives, wherever the pelvis is."""
+    still = {"action_offset": "default", "start_posture": "default", "start_window_s": 0.2, "start_at_zero": 0.0}
+    env = TrackingEnv(_two_heights(seed, lead_in_m=0.3, lead_in_speed=0.5, **still), 32, seed=4)
+    np.testing.assert_array_equal(env.shift, env.lead_in)
+    np.testing.assert_array_equal(env.waiting, env.lead_in > 0)
+    anchor = env.reward_names.index("anchor_pos")
+    zero, frame0 = torch.zeros(32, env.num_actions), env.start_frame.copy()
+    for _ in range(3):
+        before = env.shift.copy()
+        env.step(zero)
+        going = env.waiting
+        np.testing.assert_allclose(env.shift[going], before[going] - 0.5 * env.dt, atol=1e-12)
+        assert (env.frame[going] == frame0[going]).all()
+        env.qpos[:] = env.ref.qpos[env.lane, env.frame]  # the robot put on the moved frame
+        env.qpos[:, 0] -= env.shift
+        env.batch.forward(env.env_ids)
+        terms, errors = env._rewards()
+        np.testing.assert_allclose(terms[going, anchor], 1.0, atol=1e-9)
+        assert errors["anchor_pos"][going].max() < 1e-9
+    far = env.lead_in > 0.2
+    assert env.waiting[far].all()
+    for _ in range(int(np.ceil(0.3 / (0.5 * env.dt)))):  # 0.3 m at 0.5 m/s: every frame arrives, pelvis or not
+        env.step(zero)
+    assert not env.waiting.any() and (env.shift == 0).all()
+
+
 def test_a_lead_in_curriculum_draws_up_to_each_envs_level_and_moves_it_by_the_outcome(seed):
     still = {"action_offset": "default", "start_posture": "default", "start_window_s": 0.2, "start_at_zero": 0.0}
     env = TrackingEnv(_two_heights(seed, lead_in_m=0.3, lead_in_levels=3, **still), 60, seed=4)

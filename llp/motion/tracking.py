@@ -99,6 +99,12 @@ class TrackingTaskConfig:
         "to lead_in_m x k / lead_in_levels, one level up after a success, one down otherwise; it starts at 0. "
         "0: every episode draws from the whole range (as trials do).",
     )
+    lead_in_speed: float = field(
+        default=0.0,
+        doc="How the reference waits during a lead-in. 0: held at its start frame until the pelvis arrives. > 0: its "
+        "start frame walks in from where the episode began, moved forward at this speed (m/s), so that robot and "
+        "reference arrive together; the clock starts when it arrives.",
+    )
     lead_in_tolerance_m: float = field(default=0.05, doc="The clock starts this close behind the start frame, m.")
     lead_in_timeout_s: float = field(default=3.0, doc="The clock starts after this long at the latest, s.")
     hold_s: float = field(default=1.0, doc="Seconds the final pose is held after the motion: success needs it.")
@@ -131,6 +137,7 @@ class TrackingTaskConfig:
         check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")
         check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
         check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
+        check(self.lead_in_speed >= 0, f"{p}lead_in_speed", "must be >= 0")
         check(self.lead_in_tolerance_m >= 0, f"{p}lead_in_tolerance_m", "must be >= 0")
         check(self.lead_in_timeout_s > 0, f"{p}lead_in_timeout_s", "must be > 0")
         check(self.proprio_layout in ("tracking", "locomotion"), f"{p}proprio_layout", "must be tracking or locomotion")

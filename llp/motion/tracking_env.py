@@ -9,8 +9,11 @@ initialisation, DeepMimic; mjlab samples start frames too), or in the motion's f
 seconds, in the reference's posture or the default one; they run to the end of the motion plus ``hold_s`` in
 its final pose. With ``lead_in_m`` an episode starts up to that far behind its start frame and the
 reference's clock waits there until the pelvis has walked up to it (or ``lead_in_timeout_s`` passes): a skill
-that starts from a range of distances before its obstacle. The policy adds a correction to the reference's
-next joint positions (``action_offset: reference``) or offsets the default pose (``default``). ``trial_mode``
+that starts from a range of distances before its obstacle. With ``lead_in_speed`` the reference does not wait
+in place: its start frame walks in from where the episode began at that speed, so robot and reference arrive
+together (rewards and terminations read the moved frame), and the clock starts when it arrives. The policy
+adds a correction to the reference's next joint positions (``action_offset: reference``) or offsets the default
+pose (``default``). ``trial_mode``
 starts every episode at the first frame (behind it with a lead-in) and records each env's trajectory, for the
 dynamic acceptance test and for taking the best rollout as the repaired reference.
 
@@ -162,6 +165,7 @@ class TrackingEnv:
         self.waiting = np.zeros(n, dtype=bool)  # lead-in: the reference's clock waits at the start frame
         self.wait_left = np.zeros(n, dtype=np.int64)  # lead-in: policy steps before the clock starts anyway
         self.lead_in = np.zeros(n)  # lead-in: how far behind its start frame the episode began, m
+        self.shift = np.zeros(n)  # walking lead-in: how far behind its start frame the reference still is, m
         self.lead_level = np.zeros(n, dtype=np.int64)  # lead-in curriculum: this env's level
         self.trial_mode = False
         self.trajectories: list[list[np.ndarray]] = [[] for _ in range(n)]
@@ -213,7 +217,9 @@ class TrackingEnv:
             back = rng.uniform(0, 1, size=k) * reach
             q[:, 0] -= back
             self.lead_in[ids] = back
-            self.waiting[ids] = back > task.lead_in_tolerance_m
+            walking = task.lead_in_speed > 0
+            self.shift[ids] = back if walking else 0.0
+            self.waiting[ids] = back > (0.0 if walking else task.lead_in_tolerance_m)
             self.wait_left[ids] = int(round(task.lead_in_timeout_s / self.dt))
         self.qpos[ids] = q
         self.qvel[ids] = ref.qvel[lane, start]
@@ -308,7 +314,10 @@ class TrackingEnv:
         self.prev_body_pos[:] = self.xpos[:, self.bodies]
         self.batch.step(nstep=task.decimation, stage=mujoco.mjtStage.mjSTAGE_POS)
         self.frame = nxt
-        if self.waiting.any():  # lead-in: the clock starts once the pelvis is at the start frame's
+        if self.waiting.any() and task.lead_in_speed > 0:  # walking lead-in: the clock starts once the frame arrives
+            self.shift = np.where(self.waiting, np.maximum(self.shift - task.lead_in_speed * self.dt, 0.0), 0.0)
+            self.waiting &= self.shift > 0
+        elif self.waiting.any():  # lead-in: the clock starts once the pelvis is at the start frame's
             arrived = self.qpos[:, 0] >= self.ref.qpos[self.lane, self.frame, 0] - task.lead_in_tolerance_m
             self.wait_left -= self.waiting
             self.waiting &= ~arrived & (self.wait_left > 0)
@@ -373,17 +382,20 @@ class TrackingEnv:
     def _rewards(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         task, ref, f, lane = self.task, self.ref, self.frame, self.lane
         pos = self.xpos[:, self.bodies]  # [N, B, 3]
-        ref_pos = ref.body_pos[lane, f]
+        ref_pos = self._shifted(ref.body_pos[lane, f])
         anchor_err = np.linalg.norm(pos[:, 0] - ref_pos[:, 0], axis=1)
         rel = (pos - pos[:, :1]) - (ref_pos - ref_pos[:, :1])
         body_sq = np.mean(np.sum(rel**2, axis=2), axis=1)
         vel = (pos - self.prev_body_pos) / self.dt
-        vel_sq = np.mean(np.sum((vel - ref.body_vel[lane, f]) ** 2, axis=2), axis=1)
+        ref_vel = ref.body_vel[lane, f].copy()
+        if self.task.lead_in_speed > 0:  # a walking lead-in's frame moves forward at lead_in_speed
+            ref_vel[self.waiting, :, 0] += self.task.lead_in_speed
+        vel_sq = np.mean(np.sum((vel - ref_vel) ** 2, axis=2), axis=1)
         ori_err = _quat_angle(self.qpos[:, 3:7], ref.qpos[lane, f, 3:7])
         ang_sq = np.sum((self.qvel[:, 3:6] - ref.qvel[lane, f, 3:6]) ** 2, axis=1)
         active = ref.contact_active[lane, f]  # [N, C]
         if active.shape[1]:
-            c_sq = np.sum((self.xpos[:, self.contact_bodies] - ref.contact_pos[lane, f]) ** 2, axis=2)
+            c_sq = np.sum((self.xpos[:, self.contact_bodies] - self._shifted(ref.contact_pos[lane, f])) ** 2, axis=2)
             count = active.sum(axis=1)
             contact_sq = np.where(count > 0, (c_sq * active).sum(axis=1) / np.maximum(count, 1), 0.0)
         else:
@@ -413,6 +425,14 @@ class TrackingEnv:
             "body_pos": np.sqrt(np.mean(np.sum((pos - ref_pos) ** 2, axis=2), axis=1)),
         }
         return np.stack(cols, axis=1), errors
+
+    def _shifted(self, positions: np.ndarray) -> np.ndarray:
+        """Reference positions [N, K, 3] moved back along x by each env's walking lead-in still to go."""
+        if not self.shift.any():
+            return positions
+        moved = positions.copy()
+        moved[:, :, 0] -= self.shift[:, None]
+        return moved
 
     @staticmethod
     def _end_causes(causes: dict[str, np.ndarray], truncated: np.ndarray) -> dict[str, int]:
@@ -445,7 +465,9 @@ class TrackingEnv:
         root = self.qpos[:, 0:3]
         head = proprio_head(self.qvel[:, 3:6], gravity, self.task.proprio_layout)
         self._obs["proprio"] = np.concatenate([*head, q - self.default_joint_pos, dq * 0.05, self.actions], axis=1)
-        anchor_offset = _rotate_into(quat, ref.qpos[lane, nxt, 0:3] - root)
+        anchor = ref.qpos[lane, nxt, 0:3].copy()
+        anchor[:, 0] -= self.shift  # a walking lead-in's frame is still behind its place
+        anchor_offset = _rotate_into(quat, anchor - root)
         phase = (nxt / np.maximum(self.last_frame, 1))[:, None]
         self._obs["reference"] = np.concatenate(
             [ref.joint_pos[lane, nxt] - q, ref.joint_vel[lane, nxt] * 0.05, anchor_offset, ref.gravity[lane, nxt],
@@ -455,7 +477,7 @@ class TrackingEnv:
             [box[:, 0] - root[:, 0], box[:, 1] - root[:, 0], box[:, 2] - root[:, 1], box[:, 4]], axis=1
         )
         pos = self.xpos[:, self.bodies]
-        ref_pos = ref.body_pos[lane, self.frame]
+        ref_pos = ref.body_pos[lane, self.frame]  # relative to the anchor: a walking lead-in's shift cancels
         rel = (pos - pos[:, :1]) - (ref_pos - ref_pos[:, :1])
         self._obs["privileged"] = np.concatenate([self.qvel[:, 0:3], root[:, 2:3], rel.reshape(self.num_envs, -1)], 1)
         needed = {t for terms in self.groups.values() for t in terms}
