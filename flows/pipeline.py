@@ -134,6 +134,11 @@ def run_pipeline(
     from llp.flows import tracking  # imports mlflow
 
     uri = tracking.configure(run_root, cfg.experiment)
+    try:  # every input from a stage outside this invocation must exist before any stage starts
+        external = _external_inputs(cfg, selected, run_id, ledger, stream)
+    except ValueError as err:
+        ledger.set(state="failed", ended=time.time(), error=repr(err))
+        return PipelineResult(run_id, "failed", None, {}, repr(err))
     parent = tracking.find_run({"llp.pipeline_run": run_id, "llp.kind": "pipeline"}, cfg.experiment)
     from mlflow import MlflowClient
 
@@ -224,8 +229,10 @@ def run_pipeline(
             inputs = {}
             for input_name, source in spec.inputs(typed).items():
                 upstream, output = input_source(input_name, source)  # an upstream stage's output
-                inputs[input_name] = outputs.get(upstream, {}).get(output) or _resolve_upstream(
-                    upstream, output, run_id, ledger, stream, input_name
+                inputs[input_name] = (
+                    outputs.get(upstream, {}).get(output)
+                    or external.get((name, input_name))
+                    or _resolve_upstream(upstream, output, run_id, ledger, stream, input_name)
                 )
             input_versions = {
                 k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
@@ -308,6 +315,21 @@ def ray_logs_location(log_dir: Path) -> str:
     temp = ray_temp_dir(log_dir)
     shown = str(log_dir) if temp == log_dir else f"{log_dir} -> {temp}"
     return f"{shown} (session_latest/logs)"
+
+
+def _external_inputs(cfg, selected: list[str], run_id: str, ledger: Ledger, stream) -> dict[tuple[str, str], str]:
+    """The inputs of the selected stages whose source stage this invocation does not run, resolved up front
+    ((stage, input name) -> models:/ URI), so that a missing one stops the run before its first stage."""
+    from llp.stages.registry import STAGES, input_source
+
+    external = {}
+    for name in selected:
+        typed = build(STAGES[name].config, resolved(cfg)["stages"][name], f"stages.{name}")
+        for input_name, source in STAGES[name].inputs(typed).items():
+            upstream, output = input_source(input_name, source)
+            if upstream not in selected:
+                external[(name, input_name)] = _resolve_upstream(upstream, output, run_id, ledger, stream, input_name)
+    return external
 
 
 def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stream, input_name: str = "") -> str:

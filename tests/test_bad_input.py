@@ -181,3 +181,22 @@ def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "old"]  # no runs/, refs/, escape/ or prefect/
     assert not (tmp_path.parent / "escape").exists()
     assert len(cases) + len(LIBRARY_CASES) + len(CASES) + 3 >= 30  # with the motion-file and config cases, more
+
+
+@pytest.mark.fault
+def test_a_missing_upstream_model_stops_the_run_before_its_first_stage(tmp_path, llp):
+    """A stage's input from a stage this invocation does not run is resolved before any stage starts: with an
+    empty registry the skill stage's library is named, and no stage has run (earlier, the evaluate stage's missing
+    teacher was found only after reference augmentation had trained for 9 minutes)."""
+    import json
+
+    root = tmp_path / "runs"
+    result = llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "orphan", "--from-stage",
+                 "reference_augmentation", "--until-stage", "skill_climb_step")  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "stage input llp-locomotion-teacher does not exist yet: run stage 'locomotion_teacher' first" in (
+        result.stderr
+    ), result.stderr[-2000:]
+    state = json.loads((root / "orphan" / "ledger.json").read_text())
+    assert state["state"] == "failed" and not state.get("stages")
+    assert not (root / "orphan" / "checkpoints").exists()
