@@ -78,7 +78,7 @@ def _library(root, change, llp):
 
     source = root / "good"
     if not source.exists():
-        assert llp("seeds", "--out", str(source), timeout=300).returncode == 0
+        assert llp("seeds", "climb_step_25", "--out", str(source), timeout=300).returncode == 0
     broken = root / change.__name__
     shutil.copytree(source, broken)
     change(broken)
@@ -184,15 +184,24 @@ def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path,
 
 
 @pytest.mark.fault
-def test_a_missing_upstream_model_stops_the_run_before_its_first_stage(tmp_path, llp):
+def test_a_missing_upstream_model_stops_the_run_before_its_first_stage(tmp_path):
     """A stage's input from a stage this invocation does not run is resolved before any stage starts: with an
     empty registry the skill stage's library is named, and no stage has run (earlier, the evaluate stage's missing
     teacher was found only after reference augmentation had trained for 9 minutes)."""
     import json
+    import os
+    import subprocess
+
+    from tests.conftest import BIN, ROOT
 
     root = tmp_path / "runs"
-    result = llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "orphan", "--from-stage",
-                 "reference_augmentation", "--until-stage", "skill_climb_step")  # fmt: skip
+    # a user's fresh machine: no tracking server (an earlier test in this process may have pointed MLflow at its
+    # own registry through the environment), so the run's own empty SQLite registry is the one asked
+    drop = ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "MLFLOW_S3_ENDPOINT_URL", "LLP_INJECT_FAULT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    args = ["run", *SMOKE, "--set", f"run_root={root}", "--run-id", "orphan", "--from-stage", "reference_augmentation",
+            "--until-stage", "skill_climb_step"]  # fmt: skip
+    result = subprocess.run([str(BIN / "llp"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "stage input llp-locomotion-teacher does not exist yet: run stage 'locomotion_teacher' first" in (
         result.stderr
