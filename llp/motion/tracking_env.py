@@ -387,7 +387,7 @@ class TrackingEnv:
         rel = (pos - pos[:, :1]) - (ref_pos - ref_pos[:, :1])
         body_sq = np.mean(np.sum(rel**2, axis=2), axis=1)
         vel = (pos - self.prev_body_pos) / self.dt
-        ref_vel = ref.body_vel[lane, f].copy()
+        ref_vel = ref.body_vel[lane, f]  # indexed by arrays: already a copy
         if self.task.lead_in_speed > 0:  # a walking lead-in's frame moves forward at lead_in_speed
             ref_vel[self.waiting, :, 0] += self.task.lead_in_speed
         vel_sq = np.mean(np.sum((vel - ref_vel) ** 2, axis=2), axis=1)
@@ -465,7 +465,7 @@ class TrackingEnv:
         root = self.qpos[:, 0:3]
         head = proprio_head(self.qvel[:, 3:6], gravity, self.task.proprio_layout)
         self._obs["proprio"] = np.concatenate([*head, q - self.default_joint_pos, dq * 0.05, self.actions], axis=1)
-        anchor = ref.qpos[lane, nxt, 0:3].copy()
+        anchor = ref.qpos[lane, nxt, 0:3]  # indexed by arrays: already a copy
         anchor[:, 0] -= self.shift  # a walking lead-in's frame is still behind its place
         anchor_offset = _rotate_into(quat, anchor - root)
         phase = (nxt / np.maximum(self.last_frame, 1))[:, None]
