@@ -229,11 +229,7 @@ def run_pipeline(
             inputs = {}
             for input_name, source in spec.inputs(typed).items():
                 upstream, output = input_source(input_name, source)  # an upstream stage's output
-                inputs[input_name] = (
-                    outputs.get(upstream, {}).get(output)
-                    or external.get((name, input_name))
-                    or _resolve_upstream(upstream, output, run_id, ledger, stream, input_name)
-                )
+                inputs[input_name] = external.get((name, input_name)) or outputs[upstream][output]
             input_versions = {
                 k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
             }

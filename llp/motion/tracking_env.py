@@ -13,9 +13,8 @@ that starts from a range of distances before its obstacle. With ``lead_in_speed`
 in place: its start frame walks in from where the episode began at that speed, so robot and reference arrive
 together (rewards and terminations read the moved frame), and the clock starts when it arrives. The policy
 adds a correction to the reference's next joint positions (``action_offset: reference``) or offsets the default
-pose (``default``). ``trial_mode``
-starts every episode at the first frame (behind it with a lead-in) and records each env's trajectory, for the
-dynamic acceptance test and for taking the best rollout as the repaired reference.
+pose (``default``). ``trial_mode`` starts every episode at the first frame (behind it with a lead-in) and records
+each env's trajectory, for the dynamic acceptance test and for taking the best rollout as the repaired reference.
 
 Rewards (each weighted and multiplied by the policy step, as in ``ParkourEnv``):
   anchor_pos      exp(-|p_pelvis - p_ref|^2 / std^2), world frame = the scene's frame
