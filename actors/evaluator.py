@@ -6,6 +6,7 @@ Plain Python class plus a driver function; the trial logic lives in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 
@@ -29,6 +30,9 @@ class EvaluatorWorker:
         from llp.sim.env import ParkourEnv
 
         torch.set_num_threads(1)
+        # trials judge "stuck" by their own rules: a training env's stall end (goal_stall_s) would read as a fall
+        terminations = dataclasses.replace(env_cfg.terminations, goal_stall_s=0.0)
+        env_cfg = dataclasses.replace(env_cfg, terminations=terminations)
         self.env = ParkourEnv(env_cfg, num_envs, seed=seed, threads=threads)
         # no program: the stand-still baseline
         self.policy = load_pt2(program, spec) if program is not None else StandStill(self.env.num_actions)

@@ -282,3 +282,32 @@ def test_a_climb_tiles_platform_depth_and_goal_are_set_by_config_and_must_fit_th
     assert default.obstacles[0].depth == pytest.approx(1.5)  # the climb tile's own platform, as before
     with pytest.raises(ValueError, match="platform_goal.*must end within the tile"):
         make_env(terrain={**climb, "platform_goal": 20.0})
+
+
+def test_a_goal_tile_episode_that_stops_coming_closer_ends_as_a_failure_after_goal_stall_s():
+    """goal_stall_s: on a goal tile, no goal_stall_distance of progress towards the goal for that long terminates
+    the episode (no bootstrap, the termination reward), counted under episode ends as a stall; progress restarts
+    the clock; off by default, and always off in the evaluation's envs (trials judge "stuck" themselves)."""
+    from actors.evaluator import EvaluatorWorker
+
+    climb = {"tile_types": ["climb"], "num_levels": 1, "climb_heights": [0.30]}
+
+    def stand(env, steps):  # zero actions: the robot holds its pose at the spawn, 2.9 m from the goal
+        ends = []
+        for k in range(1, steps + 1):
+            r = env.step(torch.zeros(2, env.num_actions))
+            if bool(r.terminated.any() or r.truncated.any()):
+                ends.append((k, r.terminated.tolist(), r.info["ends"]))
+        return ends
+
+    env = make_env(num_envs=2, terrain=climb, terminations={"goal_stall_s": 0.5})
+    assert env.stall_steps == 25
+    env.step(torch.zeros(2, env.num_actions))
+    env.goal_best[1] += 1.0  # as if env 1 had been 1 m further off: its next step counts as progress
+    ends = stand(env, 60)  # env 0 ends 25 steps (0.5 s) in; env 1 on its 27th, 25 after its progress
+    assert ends[0] == (24, [True, False], {"fall": 0, "stall": 1, "goal": 0, "time_out": 0, "left_tile": 0})
+    assert ends[1][0] == 26 and ends[1][1] == [False, True] and ends[1][2]["stall"] == 1
+    assert make_env(num_envs=2, terrain=climb).stall_steps == 0
+    assert stand(make_env(num_envs=2, terrain=climb), 60) == []  # off by default: standing is not an end
+    cfg = env_config(overrides={"terrain": climb, "terminations": {"goal_stall_s": 0.5}})
+    assert EvaluatorWorker(cfg, 2, seed=0, program=None, spec=None).env.stall_steps == 0

@@ -84,9 +84,18 @@ class TerminationConfig:
     min_base_height: float = field(default=0.18, doc="Base height above the ground under it below which it fell, m.")
     contact_threshold: float = field(default=1.0, doc="Force on a termination body that counts as a fall, N.")
     goal_radius: float = field(default=0.3, doc="Goal tiles: distance to the goal that counts as reaching it, m.")
+    goal_stall_s: float = field(
+        default=0.0,
+        doc="Goal tiles: an episode that has not come goal_stall_distance closer to the goal for this long ends as a "
+        "failure (terminated, as a fall: no bootstrap, the termination reward), where the evaluation would call the "
+        "trial stuck. 0: off.",
+    )
+    goal_stall_distance: float = field(default=0.25, doc="Goal tiles: progress towards the goal that counts, m.")
 
     def validate(self, path: str) -> None:
         check(self.episode_length_s > 0, f"{path}.episode_length_s", "must be positive")
+        check(self.goal_stall_s >= 0, f"{path}.goal_stall_s", "must be >= 0 (0: off)")
+        check(self.goal_stall_distance > 0, f"{path}.goal_stall_distance", "must be positive")
         check(0 < self.max_tilt <= math.pi, f"{path}.max_tilt", "must be in (0, pi]")
 
 

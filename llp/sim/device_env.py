@@ -202,6 +202,9 @@ class DeviceParkourEnv:
                                                                torch.ones(n, device=dev))  # fmt: skip
         self.goal_reached = z(n, dtype=torch.bool, device=dev)
         self.goal_distance = z(n, device=dev)
+        self.goal_best = z(n, device=dev)  # ParkourEnv's stall bookkeeping (goal_stall_s)
+        self.goal_gain_step = z(n, dtype=torch.long, device=dev)
+        self.stall_steps = int(round(cfg.terminations.goal_stall_s / cfg.policy_dt))
         self.gait_freq = torch.full((n,), cfg.gait.frequency[0], device=dev)
         self.commanded_disp = z(n, 2, device=dev)
         self._obs_buf: dict[str, torch.Tensor] = {}
@@ -327,6 +330,8 @@ class DeviceParkourEnv:
         self.episode_terms[ids] = 0.0
         self.goal_reached[ids] = False
         self.goal_distance[ids] = torch.linalg.vector_norm(self.tile_goal[tile] - xy, dim=1)
+        self.goal_best[ids] = self.goal_distance[ids]
+        self.goal_gain_step[ids] = 0
         self.commanded_disp[ids] = 0.0
         self.push_timer[ids] = 0.0
         due = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
@@ -425,6 +430,8 @@ class DeviceParkourEnv:
         done_ids = done.nonzero()[:, 0]  # one host sync per step
         if len(done_ids):
             info["episode"] = self._episode_summary(done_ids, terminated, success)
+            counts = self._ends[:, done].sum(dim=1).tolist()  # ParkourEnv's episode ends by cause
+            info["ends"] = dict(zip(("fall", "stall", "goal", "time_out", "left_tile"), counts))
             self._update_curriculum(done_ids, terminated, success)
             self._reset_envs(done_ids)
             self._read_state()
@@ -514,8 +521,17 @@ class DeviceParkourEnv:
         s.goal_approach = torch.where(has_goal, self.goal_distance - goal_dist, 0.0)
         self.goal_distance[:] = goal_dist
         self.goal_reached |= success
-        terminated = fell
-        truncated = ~fell & (time_out | left_tile | success)
+        stalled = torch.zeros_like(fell)
+        if self.stall_steps:  # ParkourEnv's stall end
+            gained = has_goal & (goal_dist <= self.goal_best - t.goal_stall_distance)
+            self.goal_best[:] = torch.where(gained, goal_dist, self.goal_best)
+            self.goal_gain_step[:] = torch.where(gained, self.episode_length, self.goal_gain_step)
+            waited = self.episode_length - self.goal_gain_step >= self.stall_steps
+            stalled = has_goal & ~success & ~fell & waited
+        terminated = fell | stalled
+        truncated = ~terminated & (time_out | left_tile | success)
+        self._ends = torch.stack([fell, stalled, success & ~fell, truncated & ~success & time_out,
+                                  truncated & ~success & ~time_out])  # fmt: skip
         return terminated, truncated, success
 
     def _episode_summary(self, ids, terminated, success) -> dict:

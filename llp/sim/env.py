@@ -156,6 +156,9 @@ class ParkourEnv:
         self.motor_strength = np.ones(n)
         self.goal_reached = np.zeros(n, dtype=bool)
         self.goal_distance = np.full(n, np.nan)  # to the tile's goal after the last step (NaN: no goal)
+        self.goal_best = np.full(n, np.nan)  # the closest to the goal by a step of goal_stall_distance this episode
+        self.goal_gain_step = np.zeros(n, dtype=np.int64)  # ... and the episode step it got there
+        self.stall_steps = int(round(cfg.terminations.goal_stall_s / cfg.policy_dt))  # 0: no stall ends
         self.gait_freq = np.full(n, cfg.gait.frequency[0])  # stride frequency, Hz, drawn per episode
         self.commanded_disp = np.zeros((n, 2))  # world-frame integral of the commanded velocity this episode
         # each env simulates its own model: its tile's terrain, plus its randomised physics when randomisation
@@ -238,6 +241,8 @@ class ParkourEnv:
         self.episode_terms[ids] = 0.0
         self.goal_reached[ids] = False
         self.goal_distance[ids] = np.linalg.norm(self.tile_goal[self.tile_ids[ids]] - self.qpos[ids, 0:2], axis=1)
+        self.goal_best[ids] = self.goal_distance[ids]
+        self.goal_gain_step[ids] = 0
         self.commanded_disp[ids] = 0.0
         self.command_timer[ids] = 0.0
         self.push_timer[ids] = 0.0
@@ -404,6 +409,7 @@ class ParkourEnv:
         if len(done_ids):
             final_obs = self._obs_tensors()
             info["episode"] = self._episode_summary(done_ids, terminated, success)
+            info["ends"] = {cause: int(ended[done].sum()) for cause, ended in self._ends.items()}
             self._update_curriculum(done_ids, terminated, success)
             self.episode_count[done_ids] += 1
             self._reset_envs(done_ids)
@@ -507,8 +513,23 @@ class ParkourEnv:
         s.goal_approach = np.nan_to_num(self.goal_distance - goal_dist)
         self.goal_distance[:] = goal_dist
         self.goal_reached |= success
-        terminated = fell
-        truncated = ~fell & (time_out | left_tile | success)
+        stalled = np.zeros(self.num_envs, dtype=bool)
+        if self.stall_steps:  # goal tiles: no goal_stall_distance of progress for goal_stall_s ends the episode
+            with np.errstate(invalid="ignore"):  # (NaN distances: no goal on the tile, never a gain)
+                gained = goal_dist <= self.goal_best - t.goal_stall_distance
+            self.goal_best[gained] = goal_dist[gained]
+            self.goal_gain_step[gained] = self.episode_length[gained]
+            waited = self.episode_length - self.goal_gain_step >= self.stall_steps
+            stalled = self.tile_has_goal[self.tile_ids] & ~success & ~fell & waited
+        terminated = fell | stalled
+        truncated = ~terminated & (time_out | left_tile | success)
+        self._ends = {  # why each episode ended, one cause each (episode_ends/<cause> in the training metrics)
+            "fall": fell,
+            "stall": stalled,
+            "goal": success & ~fell,
+            "time_out": truncated & ~success & time_out,
+            "left_tile": truncated & ~success & ~time_out,
+        }
         return terminated, truncated, success
 
     def _episode_summary(self, ids: np.ndarray, terminated: np.ndarray, success: np.ndarray) -> dict:

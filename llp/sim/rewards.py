@@ -128,7 +128,7 @@ def goal_approach(s: TaskState, max_speed: float = 1.0) -> np.ndarray:
 
 
 def termination(s: TaskState) -> np.ndarray:
-    """1 on the step the robot falls (the episode terminates), else 0."""
+    """1 on the step the episode ends in failure (a fall; on goal tiles also a stall, goal_stall_s), else 0."""
     return namespace(s.terminated).as_float(s.terminated)
 
 
