@@ -229,7 +229,8 @@ def run_pipeline(
             inputs = {}
             for input_name, source in spec.inputs(typed).items():
                 upstream, output = input_source(input_name, source)  # an upstream stage's output
-                inputs[input_name] = external.get((name, input_name)) or outputs[upstream][output]
+                made = external.get((name, input_name))
+                inputs[input_name] = made or _produced(outputs, upstream, output, name, run_id)
             input_versions = {
                 k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
             }
@@ -311,6 +312,17 @@ def ray_logs_location(log_dir: Path) -> str:
     temp = ray_temp_dir(log_dir)
     shown = str(log_dir) if temp == log_dir else f"{log_dir} -> {temp}"
     return f"{shown} (session_latest/logs)"
+
+
+def _produced(outputs: dict[str, dict], upstream: str, output: str, stage: str, run_id: str) -> str:
+    """``upstream``'s ``output`` from this invocation, or an error that names who lacks what and how to redo it."""
+    try:
+        return outputs[upstream][output]
+    except KeyError:
+        raise ValueError(
+            f"stage {stage!r} needs {upstream}'s {output!r}, which that stage did not produce in this run; "
+            f"re-run it with `llp resume {run_id} --force {upstream}`"
+        ) from None
 
 
 def _external_inputs(cfg, selected: list[str], run_id: str, ledger: Ledger, stream) -> dict[tuple[str, str], str]:

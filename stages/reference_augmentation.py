@@ -9,7 +9,9 @@ success rate is below ``min_success`` is recorded with its numbers and ends the 
 
 Outputs: the reference library (a dataset: ``index.json`` with every entry's provenance, one ``.npz`` per
 entry) and the tracker of the last accepted round, which the skill stages use as their DAgger teacher.
-A retried stage starts again from round 1 (a round takes minutes; nothing half-written is kept).
+A stage that accepts no round fails (its rounds and pictures stay in its MLflow run, nothing is
+registered), so that Prefect retries it rather than the skill stage finding no teacher. A retried stage
+starts again from round 1 (a round takes minutes; nothing half-written is kept).
 """
 
 from __future__ import annotations
@@ -170,10 +172,12 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
     ctx.log_learning_curve(curve)  # every round's iterations, one after the other
     _pictures(ctx, library, robot_cfg, root)
-    outputs = {"library": ctx.register_dataset("library", root)}
-    if tracker is not None:
-        outputs["tracker"] = _register_tracker(ctx, tracker, task)
-    return outputs
+    if tracker is None:  # the seed alone has no tracker: the skill stages would have no expert to learn from
+        raise RuntimeError(
+            f"reference augmentation accepted no round ({stop}), so there is no tracker for the skill stages; "
+            "nothing was registered (a retry starts again from round 1)"
+        )
+    return {"library": ctx.register_dataset("library", root), "tracker": _register_tracker(ctx, tracker, task)}
 
 
 def _train_round(ctx, cfg, env_cfg, r: int, iterations: int, it0: int, state_path):

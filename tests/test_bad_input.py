@@ -209,3 +209,36 @@ def test_a_missing_upstream_model_stops_the_run_before_its_first_stage(tmp_path)
     state = json.loads((root / "orphan" / "ledger.json").read_text())
     assert state["state"] == "failed" and not state.get("stages")
     assert not (root / "orphan" / "checkpoints").exists()
+
+
+@pytest.mark.fault
+def test_reference_augmentation_that_accepts_no_round_fails_and_is_retried_with_nothing_registered(tmp_path):
+    """A library of the seed alone has no tracker, and the skill stage would find no teacher: the stage fails with
+    the round's numbers, Prefect retries it (from round 1), and neither attempt registers a library or tracker."""
+    import json
+    import os
+    import subprocess
+
+    from mlflow import MlflowClient
+
+    from tests.conftest import BIN, ROOT
+
+    root = tmp_path / "runs"
+    drop = ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "MLFLOW_S3_ENDPOINT_URL", "LLP_INJECT_FAULT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    stage, r = "reference_augmentation", "stages.reference_augmentation"
+    args = ["run", *SMOKE, "--set", f"run_root={root}", "--run-id", "no-round", "--from-stage", stage,
+            "--until-stage", stage, "--set", f"{r}.min_success=1.0", "--set", f"{r}.retries=1",
+            "--set", f"{r}.trials=8"]  # fmt: skip
+    result = subprocess.run([str(BIN / "llp"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-3000:]
+    assert "[llp] reference_augmentation: running (attempt 2)" in out, out[-3000:]  # Prefect retried it
+    assert out.count("[llp] reference_augmentation: growth stops: round 1 fails its acceptance: dynamic:") == 2
+    assert "accepted no round" in out and "no tracker for the skill stages" in out, out[-3000:]
+    book = json.loads((root / "no-round" / "ledger.json").read_text())
+    stage = book["stages"]["reference_augmentation"]
+    assert book["state"] == "failed" and stage["state"] == "failed" and len(stage["attempts"]) == 2
+    assert not stage.get("outputs")
+    registry = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    assert [m.name for m in registry.search_registered_models()] == []
