@@ -35,6 +35,7 @@ class StageContext:
     model_names: dict[str, str]  # output name -> registered model name
     lineage: dict[str, str]  # tags put on every registered version
     alias: str
+    attempt: int = 1  # Prefect's attempt of this stage (2 on its first retry)
     metrics_logged: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     pending: list[tuple[int, dict]] = field(default_factory=list)  # iterations not yet covered by a checkpoint

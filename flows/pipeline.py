@@ -461,6 +461,7 @@ def execute_stage(
                 model_names=spec.outputs,
                 lineage=lineage,
                 alias=f"run-{run_id}",
+                attempt=attempt,
             )
             t0 = time.perf_counter()
             try:

@@ -214,7 +214,8 @@ def test_a_missing_upstream_model_stops_the_run_before_its_first_stage(tmp_path)
 @pytest.mark.fault
 def test_reference_augmentation_that_accepts_no_round_fails_and_is_retried_with_nothing_registered(tmp_path):
     """A library of the seed alone has no tracker, and the skill stage would find no teacher: the stage fails with
-    the round's numbers, Prefect retries it (from round 1), and neither attempt registers a library or tracker."""
+    the round's numbers, Prefect retries it (from round 1, with other seeds: the same seeds replay the same
+    rounds), and neither attempt registers a library or tracker."""
     import json
     import os
     import subprocess
@@ -233,7 +234,8 @@ def test_reference_augmentation_that_accepts_no_round_fails_and_is_retried_with_
     result = subprocess.run([str(BIN / "llp"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
-    assert "[llp] reference_augmentation: running (attempt 2)" in out, out[-3000:]  # Prefect retried it
+    assert "[llp] reference_augmentation: running (attempt 2)" in out, out[-3000:]  # Prefect retried it ...
+    assert "[llp] reference_augmentation: attempt 2 trains and tries with seeds from " in out  # ... with other seeds
     assert out.count("[llp] reference_augmentation: growth stops: round 1 fails its acceptance: dynamic:") == 2
     assert "accepted no round" in out and "no tracker for the skill stages" in out, out[-3000:]
     book = json.loads((root / "no-round" / "ledger.json").read_text())
