@@ -38,6 +38,16 @@ EVALUATION_STARTS = {
 }
 
 
+def course_trials_env(course_env: dict[str, Any], start: tuple[float, float]) -> dict[str, Any]:
+    """Overrides for trials on the course the policy trained on: its tiles, its commands (the goal's pace) and its
+    randomization, every trial from ``start`` (no start curriculum)."""
+    randomization = {k: v for k, v in course_env.get("randomization", {}).items() if k != "goal_start_curriculum"}
+    env = {"terrain": course_env.get("terrain", {}), "randomization": {**randomization, "goal_starts": [list(start)]}}
+    if "commands" in course_env:
+        env["commands"] = course_env["commands"]
+    return env
+
+
 def evaluation_start(name: str, approach_length: float) -> tuple[float, float]:
     """The ``goal_starts`` range (metres from the spawn) of the course evaluation ``name``."""
     offset = EVALUATION_STARTS[name]
@@ -268,7 +278,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     table = {}
     for name in cfg.course_evaluations:
         start = evaluation_start(name, course_env.terrain.approach_length)
-        env = {"terrain": cfg.course_env.get("terrain", {}), "randomization": {"goal_starts": [list(start)]}}
+        env = course_trials_env(cfg.course_env, start)
         course = replace(cfg.evaluation, task=cfg.task, robot=cfg.robot, traverse_types=[], env=env)
         group = f"course/{name}"
         table[group] = evaluate_locomotion(ctx, course, {**students, "stand still": None}, group=group)

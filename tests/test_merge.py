@@ -453,3 +453,22 @@ def test_a_registered_policy_s_program_gives_an_actor_its_network_and_normaliser
     assert set(_student_weights(fits, student)) == set(weights)
     with pytest.raises(ValueError, match=r"layers \[\(8, 28\), \(4, 8\)\]\) does not fit actor.hidden_dims \[16\]"):
         _student_weights(TransitionConfig(actor=ActorConfig(obs=STUDENT, num_frames=2, hidden_dims=[16])), student)
+
+
+def test_course_trials_judge_the_course_the_policy_trained_on():
+    """The transition stage's course evaluations keep the course's tiles, commands and randomization, and start
+    every trial from the evaluation's own range instead of the start curriculum."""
+    from llp.config.files import env_config
+    from llp.stages.transition import TransitionConfig, course_trials_env
+
+    default = TransitionConfig().course_env
+    env = course_trials_env(default, (1.95, 2.15))
+    assert env == {"terrain": default["terrain"], "randomization": {"goal_starts": [[1.95, 2.15]]}}
+    trained = {**default, "commands": {"goal_speed": [0.2, 0.3]},
+               "randomization": {**default["randomization"], "motor_strength": None, "spawn_jitter": 0.0}}  # fmt: skip
+    cfg = env_config("locomotion", overrides=course_trials_env(trained, (0.0, 0.0)))
+    assert cfg.commands.goal_speed == (0.2, 0.3)
+    assert cfg.randomization.motor_strength is None and cfg.randomization.spawn_jitter == 0.0
+    assert cfg.randomization.goal_start_curriculum is False
+    assert [list(r) for r in cfg.randomization.goal_starts] == [[0.0, 0.0]]
+    assert default["randomization"]["goal_start_curriculum"] is True  # the stage's config is left as it was
