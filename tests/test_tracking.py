@@ -14,6 +14,7 @@ from llp.motion.seeds import seed_reference, seed_spec
 from llp.motion.tracking import TrackingEnvConfig, tracking_task
 from llp.motion.tracking_env import TrackingEnv
 from llp.sim.robot import RobotConfig
+from llp.sim.scene import TERRAIN_FRICTION
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +126,36 @@ def test_training_episodes_start_anywhere_in_the_reference_and_see_the_box_ahead
     np.testing.assert_allclose(obstacle[:, 3], box.height, atol=1e-6)
     trials = env.start_trials()
     assert (env.start_frame == 0).all() and trials["policy"]["reference"].shape[1] == 2 * 21 + 7
+
+
+def test_friction_is_drawn_per_env_at_every_reset_and_the_physics_feels_it(seed):
+    def env(**overrides):
+        task = tracking_task(overrides={"init_joint_noise": 0.0, "init_root_noise": 0.0, **overrides})
+        cfg = TrackingEnvConfig(task=task, qpos=seed.qpos, fps=seed.fps, obstacle=seed.obstacle,
+                                contacts=seed.contacts, reference_id=seed.id)  # fmt: skip
+        return TrackingEnv(cfg, 6, seed=2)
+
+    plain, slippery = env(), env(friction=[0.02, 0.02])
+    assert plain.env_models is None and (plain.friction == plain.base_friction[0]).all()
+    np.testing.assert_allclose(slippery.friction, 0.02)
+    for model in slippery.env_models:  # the robot's geoms take it; the floor and the box sit at the terrain's
+        np.testing.assert_allclose(model.geom_friction[slippery.robot_geoms, 0], 0.02)  # floor value, below it
+        others = np.setdiff1d(np.arange(model.ngeom), slippery.robot_geoms)
+        np.testing.assert_allclose(model.geom_friction[others], np.tile(TERRAIN_FRICTION, (len(others), 1)))
+    others = np.setdiff1d(np.arange(plain.model.ngeom), plain.robot_geoms)
+    assert (plain.model.geom_friction[others, 0] == 1.0).all()  # without it, the scene as before
+    still = torch.zeros(6, plain.num_actions)
+    for _ in range(25):  # the same start and actions: only the friction differs
+        plain.step(still), slippery.step(still)
+    drift = np.abs(plain.qpos[:, :3] - slippery.qpos[:, :3]).max(axis=1)
+    assert (drift > 1e-3).all()
+    ranged = env(friction=[0.5, 1.25])
+    first = ranged.friction.copy()
+    assert ((first >= 0.5) & (first <= 1.25)).all() and len(np.unique(first)) == 6
+    ranged.reset()
+    assert not np.allclose(first, ranged.friction)  # a new draw per episode
+    with pytest.raises(ValueError, match=r"friction.*need 0 < low <= high"):
+        env(friction=[1.0, 0.5])
 
 
 def test_a_reference_at_another_frame_rate_is_refused_with_the_reason(seed):

@@ -77,6 +77,11 @@ class TrackingTaskConfig:
     start_at_zero: float = field(default=0.1, doc="Share of training episodes that start at the first frame.")
     init_joint_noise: float = field(default=0.05, doc="Uniform noise on the start joint positions, rad.")
     init_root_noise: float = field(default=0.02, doc="Uniform noise on the start pelvis position (x, y), m.")
+    friction: tuple[float, float] | None = field(
+        default=None,
+        doc="Robot-ground friction drawn per env at every reset (trials too), as the locomotion task's "
+        "randomization.friction; null: the model's own.",
+    )
     start_window_s: float | None = field(
         default=None,
         doc="Training episodes start in the motion's first start_window_s seconds; None: anywhere along it "
@@ -135,6 +140,9 @@ class TrackingTaskConfig:
         check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
         check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
         check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")
+        if self.friction is not None:
+            lo, hi = self.friction
+            check(0 < lo <= hi, f"{p}friction", f"[{lo}, {hi}]: need 0 < low <= high")
         check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
         check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
         check(self.lead_in_speed >= 0, f"{p}lead_in_speed", "must be >= 0")

@@ -30,6 +30,7 @@ Rewards (each weighted and multiplied by the policy step, as in ``ParkourEnv``):
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import mujoco
@@ -43,6 +44,7 @@ from llp.sim.env import StepResult
 from llp.sim.math3d import yaw_and_gravity
 from llp.sim.proprio import convert_proprio, proprio_head
 from llp.sim.robot import default_joint_positions, load_robot_spec
+from llp.sim.scene import TERRAIN_FRICTION, robot_collision_geoms
 
 LANE_SPACING = 4.0  # m between the lanes' boxes (across the motion): a robot that strays 2 m sideways has fallen
 
@@ -93,7 +95,17 @@ class TrackingEnv:
         for k, box in enumerate(self.boxes):
             add_obstacle(spec, box, name="obstacle" if k == 0 else f"obstacle_{k}", floor=k == 0)
         m = self.model = spec.compile()
-        self.batch = physics_batch(m, num_envs, threads, task.backend, task.device)
+        self.warp = task.backend == "warp"
+        self.randomized = task.friction is not None
+        self.robot_geoms = robot_collision_geoms(m)
+        if self.randomized:  # the floor and boxes at the terrain's floor value: MuJoCo's max-combination then makes
+            world = np.setdiff1d(np.arange(m.ngeom), self.robot_geoms)  # the robot's friction the contact's
+            m.geom_friction[world] = TERRAIN_FRICTION
+        self.batch = physics_batch(m, num_envs, threads, task.backend, task.device, params=self.randomized)
+        self.base_friction = m.geom_friction[self.robot_geoms, 0].copy()
+        self.friction = self.base_friction[:1].repeat(num_envs)  # each env's friction this episode
+        # the CPU batch takes a model per env for randomized physics; Warp, per-world parameters of its one model
+        self.env_models = [copy.copy(m) for _ in range(num_envs)] if self.randomized and not self.warp else None
         self.qpos, self.qvel = self.batch.bind("qpos"), self.batch.bind("qvel")
         self.ctrl, self.xpos = self.batch.bind("ctrl"), self.batch.bind("xpos")
         self.dt = task.policy_dt
@@ -220,6 +232,8 @@ class TrackingEnv:
             self.shift[ids] = back if walking else 0.0
             self.waiting[ids] = back > (0.0 if walking else task.lead_in_tolerance_m)
             self.wait_left[ids] = int(round(task.lead_in_timeout_s / self.dt))
+        if self.randomized:
+            self._randomize(ids)
         self.qpos[ids] = q
         self.qvel[ids] = ref.qvel[lane, start]
         if task.start_posture == "default":
@@ -237,6 +251,19 @@ class TrackingEnv:
         if self.trial_mode:
             for env in ids:
                 self.trajectories[env] = [self.qpos[env].copy()]
+
+    def _randomize(self, ids: np.ndarray) -> None:
+        """Draw each env's robot-ground friction (the robot's collision geoms, as the terrain env does)."""
+        friction = self.rng.uniform(*self.task.friction, size=len(ids))
+        self.friction[ids] = friction
+        if self.warp:
+            b = self.batch
+            b.params("geom_friction")[ids[:, None], self.robot_geoms[None, :], 0] = friction[:, None]
+            b.commit_params()
+            return
+        for j, env in enumerate(ids):
+            self.env_models[env].geom_friction[self.robot_geoms, 0] = friction[j]
+        self.batch.set_models(self.env_models)
 
     # ------------------------------------------------------------------ actions
     def joint_offsets(self, kind: str) -> np.ndarray:
