@@ -279,6 +279,45 @@ def test_a_walking_lead_in_moves_the_reference_in_at_its_speed_and_its_clock_sta
     assert not env.waiting.any() and (env.shift == 0).all()
 
 
+def test_a_lateral_offset_moves_the_robot_and_its_reference_sideways_together(seed):
+    """lateral_m: each episode (trials too) starts up to lateral_m to the side; the reference moves with it, so a
+    robot on the moved reference scores full kernels and the goal, and the obstacle term sees the box from the side.
+    Wider than the box, it is refused before any physics."""
+    still = {
+        "action_offset": "default",
+        "start_posture": "default",
+        "start_window_s": 0.2,
+        "start_at_zero": 0.0,
+        "init_root_noise": 0.0,
+        "observations": {"policy": ["proprio", "reference", "obstacle"]},
+        "rewards": {"goal": {"weight": 1.0, "std": 0.5}},
+    }
+    env = TrackingEnv(_two_heights(seed, lateral_m=0.15, **still), 64, seed=4)
+    side = env.lateral
+    assert np.abs(side).max() <= 0.15 and side.min() < -0.1 and side.max() > 0.1
+    np.testing.assert_allclose(env.qpos[:, 1] - env.ref.qpos[env.lane, env.start_frame, 1], side, atol=1e-9)
+    np.testing.assert_allclose(env._obs["obstacle"][:, 2], env.box[:, 2] - env.qpos[:, 1], atol=1e-9)
+    for f in (0, 40, env.last_frame):  # the robot on its moved reference: every kernel at 1, at the end the goal's too
+        env.qpos[:] = env.ref.qpos[env.lane, f]
+        env.qpos[:, 1] += side
+        env.frame[:] = f
+        env.batch.forward(env.env_ids)
+        env.prev_body_pos[:] = env.xpos[:, env.bodies] - env.ref.body_vel[env.lane, f] * env.dt
+        terms, errors = env._rewards()
+        kernels = [env.reward_names.index(n) for n in ("anchor_pos", "body_pos", "contact_pos")]
+        np.testing.assert_allclose(terms[:, kernels], 1.0, atol=1e-6)
+        assert errors["anchor_pos"].max() < 1e-9
+    np.testing.assert_allclose(terms[:, env.reward_names.index("goal")], 1.0, atol=1e-6)
+    env._compute_obs()
+    assert np.abs(env._obs["reference"][:, -7:-4]).max() < 0.03  # the anchor offset: a frame's step, not the side
+    trials = TrackingEnv(_two_heights(seed, lateral_m=0.15, **still), 16, seed=5)
+    trials.start_trials()
+    assert np.abs(trials.lateral).max() > 0.05
+    np.testing.assert_allclose(trials.qpos[:, 1] - trials.ref.qpos[trials.lane, 0, 1], trials.lateral, atol=1e-9)
+    with pytest.raises(ValueError, match=r"lateral_m 0.7 m would start the motion beside its box.*1.2 m wide"):
+        TrackingEnv(_two_heights(seed, lateral_m=0.7, **still), 2, seed=4)
+
+
 def test_a_lead_in_curriculum_draws_up_to_each_envs_level_and_moves_it_by_the_outcome(seed):
     still = {"action_offset": "default", "start_posture": "default", "start_window_s": 0.2, "start_at_zero": 0.0}
     env = TrackingEnv(_two_heights(seed, lead_in_m=0.3, lead_in_levels=3, **still), 60, seed=4)

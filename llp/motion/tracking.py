@@ -82,6 +82,12 @@ class TrackingTaskConfig:
         doc="Robot-ground friction drawn per env at every reset (trials too), as the locomotion task's "
         "randomization.friction; null: the model's own.",
     )
+    lateral_m: float = field(
+        default=0.0,
+        doc="Each episode (training and trial) starts up to this far to either side of its start frame, drawn "
+        "uniformly, m, and its reference moves sideways with it (the box is wider than the motion): the course's "
+        "sideways spawn offset (the locomotion task's spawn_jitter x 0.5 on a goal tile: 0.15 m). 0: on the reference.",
+    )
     start_window_s: float | None = field(
         default=None,
         doc="Training episodes start in the motion's first start_window_s seconds; None: anywhere along it "
@@ -143,6 +149,7 @@ class TrackingTaskConfig:
         if self.friction is not None:
             lo, hi = self.friction
             check(0 < lo <= hi, f"{p}friction", f"[{lo}, {hi}]: need 0 < low <= high")
+        check(self.lateral_m >= 0, f"{p}lateral_m", "must be >= 0")
         check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
         check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
         check(self.lead_in_speed >= 0, f"{p}lead_in_speed", "must be >= 0")

@@ -91,6 +91,10 @@ class TrackingEnv:
         spec.option.timestep = task.physics_dt
         spec.option.iterations = task.solver_iterations
         lanes = cfg.references()
+        narrow = min(lane.obstacle.width for lane in lanes)
+        if task.lateral_m >= narrow / 2:
+            raise ValueError(f"lateral_m {task.lateral_m} m would start the motion beside its box: the narrowest box "
+                             f"is {narrow} m wide (need lateral_m < {narrow / 2})")  # fmt: skip
         self.boxes = [replace(lane.obstacle, y=lane.obstacle.y + k * LANE_SPACING) for k, lane in enumerate(lanes)]
         for k, box in enumerate(self.boxes):
             add_obstacle(spec, box, name="obstacle" if k == 0 else f"obstacle_{k}", floor=k == 0)
@@ -178,6 +182,7 @@ class TrackingEnv:
         self.lead_in = np.zeros(n)  # lead-in: how far behind its start frame the episode began, m
         self.shift = np.zeros(n)  # walking lead-in: how far behind its start frame the reference still is, m
         self.lead_level = np.zeros(n, dtype=np.int64)  # lead-in curriculum: this env's level
+        self.lateral = np.zeros(n)  # how far to the side (+y) of its reference this env's episode runs, m
         self.trial_mode = False
         self.trajectories: list[list[np.ndarray]] = [[] for _ in range(n)]
         self.finished: list[dict] = []  # trial mode: one record per ended episode
@@ -221,6 +226,9 @@ class TrackingEnv:
         q[:, self.joint_qpos] += rng.uniform(-1, 1, size=(k, self.num_actions)) * task.init_joint_noise
         q[:, 0:2] += rng.uniform(-1, 1, size=(k, 2)) * task.init_root_noise
         q[:, self.joint_qpos] = np.clip(q[:, self.joint_qpos], self.joint_lo, self.joint_hi)
+        if task.lateral_m > 0:  # beside the start frame; the reference moves with the robot (_shifted)
+            self.lateral[ids] = rng.uniform(-task.lateral_m, task.lateral_m, size=k)
+            q[:, 1] += self.lateral[ids]
         if task.lead_in_m > 0:  # behind the start frame along the motion (+x), the clock waiting there
             reach = task.lead_in_m
             if task.lead_in_levels and not self.trial_mode:  # the curriculum: up to the env's level
@@ -434,7 +442,7 @@ class TrackingEnv:
             "body_lin_vel": vel_sq,
             "anchor_ang_vel": ang_sq,
             "contact_pos": contact_sq,
-            "goal": np.sum((pos[:, 0] - self.goal) ** 2, axis=1),
+            "goal": np.sum((pos[:, 0] - self._shifted(self.goal[:, None])[:, 0]) ** 2, axis=1),
         }
         cols = []
         for name in self.reward_names:
@@ -453,11 +461,13 @@ class TrackingEnv:
         return np.stack(cols, axis=1), errors
 
     def _shifted(self, positions: np.ndarray) -> np.ndarray:
-        """Reference positions [N, K, 3] moved back along x by each env's walking lead-in still to go."""
-        if not self.shift.any():
+        """Reference positions [N, K, 3] moved back along x by each env's walking lead-in still to go and sideways
+        by its lateral offset."""
+        if not self.shift.any() and not self.lateral.any():
             return positions
         moved = positions.copy()
         moved[:, :, 0] -= self.shift[:, None]
+        moved[:, :, 1] += self.lateral[:, None]
         return moved
 
     @staticmethod
@@ -493,6 +503,7 @@ class TrackingEnv:
         self._obs["proprio"] = np.concatenate([*head, q - self.default_joint_pos, dq * 0.05, self.actions], axis=1)
         anchor = ref.qpos[lane, nxt, 0:3]  # indexed by arrays: already a copy
         anchor[:, 0] -= self.shift  # a walking lead-in's frame is still behind its place
+        anchor[:, 1] += self.lateral
         anchor_offset = _rotate_into(quat, anchor - root)
         phase = (nxt / np.maximum(self.last_frame, 1))[:, None]
         self._obs["reference"] = np.concatenate(
