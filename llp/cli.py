@@ -277,7 +277,26 @@ def cmd_resume(args: argparse.Namespace) -> int:
         print(f"llp: no pipeline run {args.run!r} under {root}/ (runs: {', '.join(runs) or 'none'})", file=sys.stderr)
         return 2
     data = apply_sets(yaml.safe_load(config_file.read_text()), args.set)
-    return _execute(check_pipeline(build(PipelineConfig, data)), args.run, args)
+    cfg = check_pipeline(build(PipelineConfig, data))
+    _keep_selection(root / args.run / "ledger.json", list(cfg.stages), args)
+    return _execute(cfg, args.run, args)
+
+
+def _keep_selection(ledger_file, stages: list[str], args: argparse.Namespace) -> None:
+    """A resumed run keeps the stages it was started with: its first and last selected stage fill in the
+    --from-stage and --until-stage not given again (before, a run of one stage resumed as the whole pipeline)."""
+    from llp.flows.ledger import Ledger
+
+    chosen = Ledger(ledger_file).data.get("stages_selected") if ledger_file.exists() else None
+    if not chosen or not set(chosen) <= set(stages):
+        return
+    if args.from_stage is None and chosen[0] != stages[0]:
+        args.from_stage = chosen[0]
+    if args.until_stage is None and chosen[-1] != stages[-1]:
+        args.until_stage = chosen[-1]
+    if chosen != stages:
+        print(f"[llp] resuming the stages run {args.run} was started with: {chosen[0]} .. {chosen[-1]} "
+              "(--from-stage / --until-stage choose others)")  # fmt: skip
 
 
 def _print_status(run_root, run_id: str) -> None:

@@ -78,8 +78,9 @@ def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path,
 
 @pytest.mark.fault
 def test_a_driver_killed_mid_stage_resumes_after_its_last_checkpoint(services, tmp_path, llp):
-    """SIGKILL of `llp run` (and its local Ray) after iteration 4 with a checkpoint every 2: `llp resume` continues
-    after the checkpoint of iteration 3, so one iteration is redone, and every iteration is logged once."""
+    """SIGKILL of `llp run --until-stage locomotion_teacher` (and its local Ray) after iteration 4 with a checkpoint
+    every 2: `llp resume` continues after the checkpoint of iteration 3, so one iteration is redone, every iteration
+    is logged once, and the resumed run stops where the killed one would have."""
     import signal
     import subprocess
 
@@ -104,10 +105,12 @@ def test_a_driver_killed_mid_stage_resumes_after_its_last_checkpoint(services, t
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
-    resumed = llp("resume", "killed", "--run-root", str(tmp_path), "--until-stage", "locomotion_teacher",
-                  env={"LLP_INJECT_FAULT": "", **services["env"]})  # fmt: skip
+    # no --until-stage again: a resumed run keeps the stages it was started with
+    resumed = llp("resume", "killed", "--run-root", str(tmp_path), env={"LLP_INJECT_FAULT": "", **services["env"]})
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "continues after the checkpoint of iteration 3" in resumed.stdout
+    assert ledger(tmp_path, "killed")["stages_selected"] == ["locomotion_teacher"]
+    assert "evaluate" not in ledger(tmp_path, "killed")["stages"]
     stage = ledger(tmp_path, "killed")["stages"]["locomotion_teacher"]
     assert stage["state"] == "completed"
     client = mlflow_client(services)
