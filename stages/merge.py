@@ -27,6 +27,7 @@ from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, PPOConfig
 from llp.stages.common import checked_env_config, deployment_fields
 from llp.stages.evaluate import EvaluateConfig
+from llp.stages.skill_expert import course_conditions
 
 STUDENT_OBS = ["policy/proprio", "policy/height_scan", "policy/command"]
 
@@ -43,6 +44,7 @@ def skill_group_overrides() -> dict[str, Any]:
         "start_window_s": 0.2,  # the skill stage's phase B: near the motion's start, standing
         "start_at_zero": 0.0,
         "start_posture": "default",
+        **course_conditions(),  # as the skill stage's phase B: the course's friction and sideways start
     }
 
 

@@ -71,12 +71,12 @@ def _course_env() -> dict[str, Any]:
             "amp": ["amp_features", "progress"],
         },
         "rewards": {"feet_phase": {"weight": 0.0}, "goal_reached": {"weight": 10.0}, "goal_approach": {"weight": 1.0}},
-        # LLP: episodes start before and at the obstacle; a start curriculum from the skill's start (0.35-0.55 m
-        # before the box's front, 2.5 m from the spawn) back to the spawn
+        # LLP: episodes start before and at the obstacle; a start curriculum from exactly the skill's start (0.45 m
+        # before the box's front, 2.5 m from the spawn) back to the spawn, in small steps near the box
         "randomization": {
             "goal_start_curriculum": True,
-            "goal_starts": [[1.95, 2.15], [1.75, 1.95], [1.5, 1.75], [1.2, 1.5], [0.8, 1.2]]
-            + [[0.4, 0.8], [0.0, 0.4], [0.0, 0.0]],
+            "goal_starts": [[2.04, 2.06], [1.98, 2.06], [1.9, 2.06], [1.8, 2.0], [1.65, 1.85], [1.45, 1.7]]
+            + [[1.2, 1.5], [0.8, 1.2], [0.4, 0.8], [0.0, 0.4], [0.0, 0.0]],
         },
     }
 

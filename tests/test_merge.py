@@ -472,3 +472,27 @@ def test_course_trials_judge_the_course_the_policy_trained_on():
     assert cfg.randomization.goal_start_curriculum is False
     assert [list(r) for r in cfg.randomization.goal_starts] == [[0.0, 0.0]]
     assert default["randomization"]["goal_start_curriculum"] is True  # the stage's config is left as it was
+
+
+def test_the_skill_groups_train_under_the_course_conditions_and_the_course_starts_at_the_skill_start():
+    """The skill's phase B and the merge's and transition's skill groups draw the transition course's friction and
+    its sideways spawn (goal tiles: half the spawn jitter to each side), the conditions the skill meets on the course;
+    the course's start curriculum begins where the skill's motion starts, 0.45 m before the box."""
+    from llp.config.files import env_config
+    from llp.config.pipeline import load_pipeline
+    from llp.stages.merge import MergeConfig
+    from llp.stages.registry import stage_config
+    from llp.stages.skill_expert import SkillExpertConfig
+    from llp.stages.transition import TransitionConfig
+
+    local = load_pipeline("local")  # what `make run` trains, and the stages' own defaults
+    configs = [stage_config(local, s) for s in ("skill_climb_step", "merge", "transition")]
+    for skill, merge, transition in (configs, (SkillExpertConfig(), MergeConfig(), TransitionConfig())):
+        course = env_config("locomotion", overrides=transition.course_env)
+        for env in (skill.generalization.env, merge.skill_env, transition.skill_env):
+            assert tuple(env["friction"]) == tuple(course.randomization.friction) == (0.5, 1.25)
+            assert env["lateral_m"] == course.randomization.spawn_jitter / 2 == 0.15
+        lo, hi = course.randomization.goal_starts[0]
+        box = course.terrain.approach_length
+        assert box - hi <= 0.45 <= box - lo and hi - lo <= 0.05
+        assert course.randomization.goal_starts[-1] == (0.0, 0.0)  # last, the whole approach from the spawn
