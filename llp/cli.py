@@ -283,16 +283,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _keep_selection(ledger_file, stages: list[str], args: argparse.Namespace) -> None:
-    """A resumed run keeps the stages it was started with: its first and last selected stage fill in the
-    --from-stage and --until-stage not given again (before, a run of one stage resumed as the whole pipeline)."""
+    """A resumed run keeps the stages it was started with, unless --from-stage or --until-stage is given again
+    (then those choose, as for `llp run`). Before, a run of one stage resumed as the whole pipeline."""
     from llp.flows.ledger import Ledger
 
+    if args.from_stage is not None or args.until_stage is not None:  # either given: the selection is the user's
+        return
     chosen = Ledger(ledger_file).data.get("stages_selected") if ledger_file.exists() else None
     if not chosen or not set(chosen) <= set(stages):
         return
-    if args.from_stage is None and chosen[0] != stages[0]:
+    if chosen[0] != stages[0]:
         args.from_stage = chosen[0]
-    if args.until_stage is None and chosen[-1] != stages[-1]:
+    if chosen[-1] != stages[-1]:
         args.until_stage = chosen[-1]
     if chosen != stages:
         print(f"[llp] resuming the stages run {args.run} was started with: {chosen[0]} .. {chosen[-1]} "
