@@ -93,7 +93,7 @@ def _skill_env() -> dict[str, Any]:
 
 
 def _ppo() -> PPOConfig:
-    return PPOConfig(rl_coef=1.0, dagger_coef=10.0, learning_rate=3e-5, schedule="adaptive", entropy_coef=0.0)
+    return PPOConfig(rl_coef=1.0, dagger_coef=30.0, learning_rate=3e-5, schedule="adaptive", entropy_coef=0.0)
 
 
 def _actor() -> ActorConfig:
