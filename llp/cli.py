@@ -465,6 +465,13 @@ def _print_report(report: dict) -> None:
     print("(track: the velocity-tracking kernel; stand: the kernel of a robot standing still on the same commands)")
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    ends = [(r, r["ends_to_goal_m"]) for r in report["settings"] if r.get("ends_to_goal_m")]
+    if ends:
+        print("where the goal trials ended (distance left to the goal, m: least / median / most):")
+        for r, by_outcome in ends:
+            cells = [f"{o} {e['trials']}: {e['min']:.2f} / {e['median']:.2f} / {e['max']:.2f}"
+                     for o, e in by_outcome.items()]  # fmt: skip
+            print(f"  {r['tile_type']} {r['difficulty']}: " + "   ".join(cells))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

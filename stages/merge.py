@@ -235,7 +235,7 @@ def evaluate_locomotion(ctx, protocol: EvaluateConfig, policies: dict, group: st
         policy = None if uri is None else ctx.frozen_policy(uri)
         report = evaluate_policy(policy, protocol, ctx.resources, ctx.seed, bar.trials)
         row = {k: report[k] for k in ("model", "success_rate", "fall_rate", "tracking_kernel", "trials", "outcomes",
-                                      "mean_progress_m")}  # fmt: skip
+                                      "mean_progress_m", "ends_to_goal_m")}  # fmt: skip
         row["success_by_type"] = {t: r["success_rate"] for t, r in report["by_type"].items()}
         key = f"eval/{group}/{who.replace(' ', '_')}"
         metrics = {f"{key}/{k}": float(row[k]) for k in ("success_rate", "fall_rate", "tracking_kernel",

@@ -74,6 +74,49 @@ def test_summary_counts_each_trial_once_and_refuses_anything_else():
         summarize(settings, records[1:])  # a trial not counted
 
 
+def test_the_report_says_where_goal_trials_ended_per_outcome():
+    settings = [Setting("climb", 0, "45 cm", "goal", 4), Setting("flat", 0, "-", "tracking", 2)]
+    left = [0.1, None, 0.3, 0.9, None, None]  # the second climb trial succeeded at the goal: 0 left
+    records = _records(settings, ["fall", "success", "fall", "stuck", "success", "fall"])
+    for r, m in zip(records, left):
+        r.to_goal_m = 0.0 if r.outcome == "success" and r.setting == 0 else m
+    climb, flat = summarize(settings, records)["settings"]
+    assert climb["ends_to_goal_m"] == {
+        "success": {"trials": 1, "min": 0.0, "median": 0.0, "max": 0.0},
+        "fall": {"trials": 2, "min": 0.1, "median": pytest.approx(0.2), "max": 0.3},
+        "stuck": {"trials": 1, "min": 0.9, "median": 0.9, "max": 0.9},
+    }
+    assert flat["ends_to_goal_m"] == {}  # no goal on a tracking setting
+
+
+def test_goal_trials_on_the_simulator_record_the_distance_left_to_the_goal():
+    """Standing still on a climb tile: stuck (or fallen) near the spawn, with the whole approach and the platform
+    still to go; the distance left and the progress made add up to the spawn's distance from the goal."""
+    from llp.config.files import env_config
+    from llp.evaluation.trials import StandStill, TrialRules, run_trials
+    from llp.sim.env import ParkourEnv
+
+    cfg = env_config(
+        overrides={
+            "terrain": {"tile_types": ["climb"], "num_levels": 1},
+            "curriculum": {"enabled": False},
+            "randomization": {"push_interval_s": None},
+            "commands": {"resample_s": 10.0},
+        }
+    )
+    env = ParkourEnv(cfg, 2, seed=0)
+    settings = [Setting("climb", 0, "45 cm", "goal", 2)]
+    records = run_trials(env, StandStill(env.num_actions), settings, plan_trials(settings, seed=5),
+                         TrialRules(duration_s=1.0, stuck_s=0.6))  # fmt: skip
+    spawn_to_goal = cfg.terrain.approach_length + cfg.terrain.platform_goal
+    for r in records:
+        assert r.outcome in ("stuck", "fall")
+        assert r.to_goal_m + r.progress_m == pytest.approx(spawn_to_goal, abs=0.25)  # the spawn's jitter
+        assert r.to_goal_m > spawn_to_goal - 0.5
+    ends = summarize(settings, records)["settings"][0]["ends_to_goal_m"]
+    assert sum(e["trials"] for e in ends.values()) == 2
+
+
 def test_trials_on_the_simulator_end_exactly_once_and_standing_still_scores_the_standing_kernel():
     """More trials than envs (waves), every trial one record; a robot standing still tracks like one."""
     from llp.config.files import env_config
@@ -110,6 +153,7 @@ def test_trials_on_the_simulator_end_exactly_once_and_standing_still_scores_the_
         (r.outcome, round(r.tracking_kernel, 6)) for r in records
     ]
     assert np.isfinite([r.tracking_kernel for r in records]).all()
+    assert all(r.to_goal_m is None for r in records)  # no goal on flat ground or stairs
 
 
 def test_gait_strip_of_the_stand_still_baseline(tmp_path, llp):

@@ -261,6 +261,12 @@ def test_the_transition_policy_starts_from_the_merge_learns_with_amp_and_reads_n
                 "climb_step/merged_student"):  # fmt: skip
         assert 0 <= metrics[f"eval/{key}/success_rate"] <= 1
     assert json.loads(run.data.params["stage.critic.obs"])[-1] == "group/onehot"  # the critic knows the group
+    # where each course trial ended is in the stage's table: every trial once, under its outcome
+    table = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/evaluation/transition.json")
+    for who, row in table["course/approach"].items():
+        ends = row["ends_to_goal_m"]
+        assert sum(e["trials"] for e in ends.values()) == row["trials"], who
+        assert all(e["min"] <= e["median"] <= e["max"] for e in ends.values())
 
 
 @pytest.mark.fault

@@ -148,6 +148,7 @@ def _wave(env, policy, settings: list[Setting], wave: list[Trial], rules: TrialR
             progress_m=float(progress[i]),
             tracking_kernel=float(kernel_sum[i] / max(steps[i], 1)),
             standing_tracking_kernel=float(standing_kernel[i]),
+            to_goal_m=None if np.isnan(goal[i, 0]) else float(np.linalg.norm(goal[i] - spawn[i]) - progress[i]),
         )
         for i, t in enumerate(wave)
     ]
