@@ -64,3 +64,24 @@ def _robot_fields(robot, action_scale: float, policy_dt: float, driven) -> dict[
             "kd": [float(-model.actuator_biasprm[a, 2]) for a in range(model.nu)],
         },
     }
+
+
+def teacher_walking_states(teacher, cfg, task: str, robot: str, seed: int, path: str):
+    """[M, D] walking states (``llp.motion.walking_states``) of ``teacher`` (a frozen locomotion policy, in its own
+    action space) walking straight ahead on flat ground at ``cfg.speed`` (a ``WalkingStatesConfig``), unpushed."""
+    import re
+
+    from llp.motion.walking_states import record_walking_states
+    from llp.sim.env import ParkourEnv
+
+    overrides: dict[str, Any] = {
+        "terrain": {"tile_types": ["flat"], "num_levels": 1},
+        "commands": {"lin_vel_x": list(cfg.speed), "lin_vel_y": [0.0, 0.0], "ang_vel_yaw": [0.0, 0.0],
+                     "heading_command": False, "standing_fraction": 0.0, "resample_s": 100.0},
+        "randomization": {"push_interval_s": None},
+    }  # fmt: skip
+    joints = teacher.spec.get("action_joints")
+    if joints:  # the teacher drives these; the rest hold the default pose
+        overrides["robot"] = {"policy_joints": [re.escape(j) for j in joints]}
+    env = ParkourEnv(checked_env_config(task, robot, overrides, path), cfg.envs, seed=seed)
+    return record_walking_states(env, teacher.load(), cfg)

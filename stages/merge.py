@@ -25,6 +25,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, PPOConfig
+from llp.motion.walking_states import WalkingStatesConfig
 from llp.stages.common import checked_env_config, deployment_fields
 from llp.stages.evaluate import EvaluateConfig
 from llp.stages.skill_expert import course_conditions
@@ -78,6 +79,10 @@ class MergeConfig:
         default_factory=skill_group_overrides,
         doc="Overrides of the skill task: the terrain env's proprioception, the student's terms, phase B's start.",
     )
+    walking: WalkingStatesConfig = field(
+        default_factory=WalkingStatesConfig,
+        doc="How the teacher's walk is recorded for the skill groups' walking starts (skill_env.walking_starts).",
+    )
     envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
     iterations: int = field(default=1000, doc="DAgger iterations.")
     checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
@@ -115,6 +120,7 @@ class MergeConfig:
             raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
         check(task.action_offset == "default", f"{path}.skill_env.action_offset",
               "the student offsets the default pose")  # fmt: skip
+        self.walking.validate(f"{path}.walking")
         check(task.proprio_layout == "locomotion", f"{path}.skill_env.proprio_layout",
               "the student reads the terrain env's proprioception in every group: locomotion")  # fmt: skip
         for i, ref in enumerate(self.actor.obs):
@@ -130,12 +136,14 @@ def locomotion_env(cfg: MergeConfig, teacher_spec: dict):
     return env_cfg
 
 
-def skill_group_env(cfg: MergeConfig, refs: list, expert_spec: dict, skill: str):
-    """A skill group's env: one lane per accepted reference of the skill, the student's start and layout."""
+def skill_group_env(cfg: MergeConfig, refs: list, expert_spec: dict, skill: str, walking_states=None):
+    """A skill group's env: one lane per accepted reference of the skill, the student's start and layout (and the
+    teacher's recorded walk for its walking starts)."""
     from llp.motion.tracking import tracking_task
     from llp.stages.skill_expert import lanes_env
 
-    env_cfg = lanes_env(tracking_task(cfg.skill_task, cfg.robot, _with_expert_terms(cfg.skill_env, expert_spec)), refs)
+    task = tracking_task(cfg.skill_task, cfg.robot, _with_expert_terms(cfg.skill_env, expert_spec))
+    env_cfg = lanes_env(task, refs, walking_states)
     _check_expert_terms(f"the {skill} expert", expert_spec, env_cfg.task.observations)
     return env_cfg
 
@@ -170,11 +178,12 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     teacher = ctx.frozen_policy(inputs["teacher"])
     loco_env = locomotion_env(cfg, teacher.spec)
     library = ctx.load_dataset(inputs["library"])
+    walk = skill_walking_states(ctx, cfg, inputs["teacher"])
     groups, skill_groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)])], {}
     for skill, stage in cfg.skills.items():
         expert = skill_expert_policy(ctx, inputs[stage])
         refs = skill_references(library, skill)
-        env_cfg = skill_group_env(cfg, refs, expert.spec, skill)
+        env_cfg = skill_group_env(cfg, refs, expert.spec, skill, walk)
         groups.append(EnvGroup(skill, env_cfg, [TeacherSpec(expert)]))
         skill_groups[skill] = (expert, env_cfg)
     skills = "; ".join(f"{s} <- {e.uri} over {[r.reference_id for r in g.references()]}"
@@ -197,7 +206,7 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
     policies = {"locomotion teacher": teacher.uri, "merged student": uri, "stand still": None}
     table = {"locomotion": evaluate_locomotion(ctx, cfg.evaluation, policies)}
     for skill, (expert, env_cfg) in skill_groups.items():
-        table[skill] = evaluate_skill(ctx, cfg.skill_trials, skill, expert, env_cfg, {"merged student": uri})
+        table.update(evaluate_skill_starts(ctx, cfg.skill_trials, skill, expert, env_cfg, {"merged student": uri}))
     ctx.log_json(table, "evaluation/merge.json")
     return {"policy": uri}
 
@@ -248,9 +257,39 @@ def evaluate_locomotion(ctx, protocol: EvaluateConfig, policies: dict, group: st
     return rows
 
 
-def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict[str, str]) -> dict:
-    """The skill's course from the standing start, every height: its expert (in its own proprioception), each
-    student (name -> URI) and the default pose, on the same trials; metrics eval/<skill>/<who>/..."""
+def skill_walking_states(ctx, cfg: MergeConfig, teacher_uri: str):
+    """The teacher's recorded walk when the skill groups start walking (skill_env.walking_starts > 0), else None."""
+    from llp.motion.tracking import tracking_task
+    from llp.stages.skill_expert import walking_states
+
+    if tracking_task(cfg.skill_task, cfg.robot, cfg.skill_env).walking_starts == 0:
+        return None
+    return walking_states(ctx, teacher_uri, cfg.walking, cfg.robot, "walking")
+
+
+def evaluate_skill_starts(ctx, trials: int, skill: str, expert, env_cfg, students: dict[str, str]) -> dict:
+    """``evaluate_skill`` from the standing start ({skill: rows}) and, where the group also starts walking, from
+    the walking start, heights not held to the reference's clock ({"<skill> walking start": rows}, metrics
+    eval/<skill>_walking_start/...)."""
+    from dataclasses import replace
+
+    from llp.stages.skill_expert import WALK_IN_UNHELD_Z
+
+    def starting(share: float):  # walking ones keep their own timing (as the skill stage's walking start)
+        unheld = replace(env_cfg.task.terminations, walking_unheld_z=WALK_IN_UNHELD_Z if share else None)
+        task = replace(env_cfg.task, walking_starts=share, walking_lead_in_m=0.0, terminations=unheld)
+        return replace(env_cfg, task=task)
+
+    table = {skill: evaluate_skill(ctx, trials, skill, expert, starting(0.0), students)}
+    if env_cfg.walking_states is not None:
+        name = f"{skill} walking start"
+        table[name] = evaluate_skill(ctx, trials, skill, expert, starting(1.0), students, label=name.replace(" ", "_"))
+    return table
+
+
+def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict[str, str], label: str = "") -> dict:
+    """The skill's course from ``env_cfg``'s start, every height: its expert (in its own proprioception), each
+    student (name -> URI) and the default pose, on the same trials; metrics eval/<label or skill>/<who>/..."""
     from dataclasses import replace
 
     from llp.stages.reference_augmentation import run_trials
@@ -275,9 +314,9 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
                                                                                           for t in records))
             for ref in sorted({t["reference_id"] for t in records})
         }  # fmt: skip
-        key = f"eval/{skill}/{who.replace(' ', '_')}"
+        key = f"eval/{label or skill}/{who.replace(' ', '_')}"
         ctx.log_metrics({f"{key}/success_rate": row["success_rate"], f"{key}/fall_rate": row["fall_rate"]}, step=0)
-        print(f"[llp] {ctx.stage}: {skill}: {who}: {100 * row['success_rate']:.0f}% of {n} trials succeed, "
+        print(f"[llp] {ctx.stage}: {label or skill}: {who}: {100 * row['success_rate']:.0f}% of {n} trials succeed, "
               f"{100 * row['fall_rate']:.0f}% fall", flush=True)  # fmt: skip
         rows[who] = row
     return rows

@@ -62,7 +62,11 @@ STAGES: dict[str, StageSpec] = {
         name="skill_climb_step",
         config=skill_expert.SkillExpertConfig,
         run=skill_expert.run,
-        inputs=lambda cfg: {"library": "reference_augmentation", "tracker": "reference_augmentation"},
+        inputs=lambda cfg: {
+            "library": "reference_augmentation",
+            "tracker": "reference_augmentation",
+            **({"teacher": f"{cfg.teacher}.policy"} if cfg.teacher else {}),
+        },
         outputs={"policy": "llp-skill-climb-step"},
         description="LLP stage 3: the climb-and-step expert (height scan, proprioception, command). Phase A: online "
         "DAgger from the tracking expert + lambda PPO; phase B: PPO alone over every accepted height, from a "

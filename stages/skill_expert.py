@@ -31,6 +31,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.motion.walking_states import WalkingStatesConfig
 from llp.stages.common import check_network_obs, tracking_deployment_fields
 
 STUDENT_OBS = ["policy/proprio", "policy/height_scan", "policy/command"]
@@ -113,6 +114,14 @@ class SkillExpertConfig:
         "this lead-in): how far before its box the skill can begin. 0: not evaluated.",
     )
     retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
+    teacher: str = field(
+        default="",
+        doc="Upstream stage whose 'policy' (the locomotion teacher) walks for phase B's walking starts "
+        "(generalization.env.walking_starts) and the walking-start evaluation; '': none.",
+    )
+    walking: WalkingStatesConfig = field(
+        default_factory=WalkingStatesConfig, doc="How the teacher's walk is recorded (with a teacher)."
+    )
     ppo: PPOConfig = field(default_factory=_ppo, doc="The learning rule: DAgger (dagger_coef) + lambda PPO (rl_coef).")
     actor: ActorConfig = field(default_factory=_actor, doc="The skill policy (no reference in its input).")
     critic: CriticConfig = field(default_factory=_critic, doc="Privileged critic (reads the reference too).")
@@ -142,9 +151,13 @@ class SkillExpertConfig:
             raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
         check(task.action_offset == "default", f"{path}.env.action_offset", "a skill policy offsets the default pose")
         try:
-            tracking_task(self.task, self.robot, merge(self.env, gen.env))
+            gen_task = tracking_task(self.task, self.robot, merge(self.env, gen.env))
         except ConfigError as err:
             raise ConfigError(f"{path}.generalization.env.{err.path}", str(err).split(": ", 1)[-1]) from None
+        self.walking.validate(f"{path}.walking")
+        check(task.walking_starts == 0, f"{path}.env.walking_starts", "phase A starts on its reference: 0")
+        check(gen_task.walking_starts == 0 or self.teacher != "", f"{path}.generalization.env.walking_starts",
+              "walking starts need a teacher stage to walk (teacher: locomotion_teacher)")  # fmt: skip
         produced = {g: list(t) for g, t in task.observations.items()}
         check_network_obs(self, self.task, produced, path)
         for i, ref in enumerate(self.actor.obs):
@@ -200,22 +213,47 @@ def skill_env(cfg: SkillExpertConfig, ref, tracker_spec: dict | None = None):
     return env_cfg
 
 
-def generalization_env(cfg: SkillExpertConfig, refs: list):
+def generalization_env(cfg: SkillExpertConfig, refs: list, walking_states=None):
     """Phase B's env: one lane per reference (their physics rollouts, each over its box), phase B's starts."""
     from llp.config.schema import merge
     from llp.motion.tracking import tracking_task
 
-    return lanes_env(tracking_task(cfg.task, cfg.robot, merge(cfg.env, cfg.generalization.env)), refs)
+    task = tracking_task(cfg.task, cfg.robot, merge(cfg.env, cfg.generalization.env))
+    return lanes_env(task, refs, walking_states)
 
 
-def lanes_env(task, refs: list):
-    """The tracking env of ``task`` with one lane per reference (its physics rollout over its box)."""
+def lanes_env(task, refs: list, walking_states=None):
+    """The tracking env of ``task`` with one lane per reference (its physics rollout over its box), and the
+    teacher's recorded walk for walking starts."""
     from llp.motion.tracking import Lane, TrackingEnvConfig
 
     lanes = [Lane(r.qpos, r.obstacle, r.contacts, r.id) for r in refs]
     first = lanes[0]
     return TrackingEnvConfig(task=task, qpos=first.qpos, fps=refs[0].fps, obstacle=first.obstacle,
-                             contacts=first.contacts, reference_id=first.reference_id, lanes=lanes[1:])  # fmt: skip
+                             contacts=first.contacts, reference_id=first.reference_id, lanes=lanes[1:],
+                             walking_states=walking_states)  # fmt: skip
+
+
+def walking_states(ctx, teacher_uri: str | None, cfg: WalkingStatesConfig, robot: str, path: str):
+    """The teacher's recorded walk (``llp.motion.walking_states``), or None without a teacher; its size and pace
+    go to the stage's run as params."""
+    if not teacher_uri:
+        return None
+    import numpy as np
+
+    from llp.motion.walking_states import forward_speed
+    from llp.stages.common import teacher_walking_states
+
+    teacher = ctx.frozen_policy(teacher_uri)
+    states = teacher_walking_states(teacher, cfg, "locomotion", robot, ctx.seed, path)
+    nq = 7 + (states.shape[1] - 11) // 2
+    pace = forward_speed(states, nq)
+    ctx.log_metrics({"walking_states/count": float(len(states)), "walking_states/speed_median": float(np.median(pace)),
+                     "walking_states/speed_p05": float(np.percentile(pace, 5)),
+                     "walking_states/speed_p95": float(np.percentile(pace, 95))}, step=0)  # fmt: skip
+    print(f"[llp] {ctx.stage}: {len(states)} walking states of {teacher.uri}, forward speed "
+          f"{np.percentile(pace, 5):.2f}-{np.percentile(pace, 95):.2f} m/s (5-95%)", flush=True)  # fmt: skip
+    return states
 
 
 def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
@@ -230,7 +268,8 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
     ref = refs[-1]
     tracker = ctx.frozen_policy(inputs["tracker"])
     env_cfg = skill_env(cfg, ref, tracker.spec)
-    gen_cfg = generalization_env(cfg, refs)
+    walk = walking_states(ctx, inputs.get("teacher"), cfg.walking, cfg.robot, "walking")
+    gen_cfg = generalization_env(cfg, refs, walk)
     a_iters, total = cfg.iterations, cfg.iterations + cfg.generalization.iterations
     print(f"[llp] {ctx.stage}: phase A learns {ref.id} ({100 * ref.obstacle.height:.1f} cm {ref.obstacle.kind}) "
           f"from {tracker.uri}; phase B: {cfg.generalization.iterations} iterations over "
@@ -272,15 +311,22 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
             print(f"[llp] {ctx.stage}: resumed in phase B; phase A's policy is not evaluated", flush=True)
     _evaluate(ctx, cfg, policies, "favorable start")
     if cfg.generalization.iterations:
-        starts = {"standing start": replace(gen_cfg, task=replace(gen_cfg.task, lead_in_m=0.0))}
+        standing = replace(gen_cfg.task, lead_in_m=0.0, walking_starts=0.0)
+        starts = {"standing start": replace(gen_cfg, task=standing)}
         if cfg.walk_in_m > 0:  # and up to walk_in_m behind the motion's start, drawn from the whole range; a policy
             # that walks in keeps its own timing, so heights are not held to the reference's clock: the trial ends
             # on a tip-over or the hold, and succeeds as every trial does (the pelvis at the reference's end); the
             # clock waits for the pelvis (lead_in_speed 0) whatever phase B trained with
             loose = replace(gen_cfg.task.terminations, anchor_z=WALK_IN_UNHELD_Z, end_body_z=WALK_IN_UNHELD_Z)
             walk_in = replace(gen_cfg.task, lead_in_m=cfg.walk_in_m, lead_in_levels=0, lead_in_speed=0.0,
-                              terminations=loose)  # fmt: skip
+                              walking_starts=0.0, terminations=loose)  # fmt: skip
             starts["walk-in start"] = replace(gen_cfg, task=walk_in)
+        if walk is not None:  # mid-stride at the motion's start, the teacher's pace: the course's handoff; a robot
+            # that arrives walking keeps its own timing, so as the walk-in its heights are not held to the clock
+            unheld = replace(gen_cfg.task.terminations, walking_unheld_z=WALK_IN_UNHELD_Z)
+            walking = replace(gen_cfg.task, lead_in_m=0.0, walking_starts=1.0, walking_lead_in_m=0.0,
+                              terminations=unheld)  # fmt: skip
+            starts["walking start"] = replace(gen_cfg, task=walking)
         for protocol, env_b in starts.items():
             expert_b = (tracker.uri, replace(env_b, task=replace(env_b.task, action_offset=offset)))
             at_b = {k: (v[0], env_b) for k, v in policies.items() if k != "tracking expert"}

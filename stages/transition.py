@@ -21,6 +21,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
+from llp.motion.walking_states import WalkingStatesConfig
 from llp.stages.common import checked_env_config
 from llp.stages.evaluate import EvaluateConfig
 from llp.stages.merge import STUDENT_OBS
@@ -133,6 +134,10 @@ class TransitionConfig:
     )
     skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
     skill_env: dict[str, Any] = field(default_factory=_skill_env, doc="Overrides of the skill task (as the merge's).")
+    walking: WalkingStatesConfig = field(
+        default_factory=WalkingStatesConfig,
+        doc="How the teacher's walk is recorded for the skill groups' walking starts (skill_env.walking_starts).",
+    )
     envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
     iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations, the warm-up's included.")
     critic_warmup: int = field(
@@ -197,7 +202,14 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
 
     from llp.actors.pool import TrainingPool
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
-    from llp.stages.merge import MergeConfig, locomotion_env, register_student, skill_expert_policy, skill_group_env
+    from llp.stages.merge import (
+        MergeConfig,
+        locomotion_env,
+        register_student,
+        skill_expert_policy,
+        skill_group_env,
+        skill_walking_states,
+    )
     from llp.stages.skill_expert import skill_references
 
     student = ctx.frozen_policy(inputs["student"])
@@ -210,17 +222,19 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         skill_task=cfg.skill_task,
         skill_env=cfg.skill_env,
         skills=cfg.skills,
+        walking=cfg.walking,
     )
     loco_env = locomotion_env(like_merge, teacher.spec)
     course_env = checked_env_config(cfg.task, cfg.robot, cfg.course_env, "course_env")
     library = ctx.load_dataset(inputs["library"])
     groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)], rl=False)]
     skill_refs, skill_groups = [], {}
+    walk = skill_walking_states(ctx, like_merge, inputs["teacher"])
     for skill, stage in cfg.skills.items():
         expert = skill_expert_policy(ctx, inputs[stage])
         refs = skill_references(library, skill)
         skill_refs += refs
-        env_cfg = skill_group_env(like_merge, refs, expert.spec, skill)
+        env_cfg = skill_group_env(like_merge, refs, expert.spec, skill, walk)
         groups.append(EnvGroup(skill, env_cfg, [TeacherSpec(expert)], rl=False))
         skill_groups[skill] = (expert, env_cfg)
     groups.append(EnvGroup("course", course_env, rl=True, amp=True))
@@ -272,7 +286,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
             ("loss/dagger", "DAgger loss (expert groups)"),
         ],
     )
-    from llp.stages.merge import evaluate_locomotion, evaluate_skill
+    from llp.stages.merge import evaluate_locomotion, evaluate_skill_starts
 
     students = {"merged student": student.uri, "transition policy": uri}
     table = {}
@@ -284,7 +298,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         table[group] = evaluate_locomotion(ctx, course, {**students, "stand still": None}, group=group)
     table["locomotion"] = evaluate_locomotion(ctx, cfg.evaluation, {**students, "stand still": None})
     for skill, (expert, env_cfg) in skill_groups.items():
-        table[skill] = evaluate_skill(ctx, cfg.skill_trials, skill, expert, env_cfg, students)
+        table.update(evaluate_skill_starts(ctx, cfg.skill_trials, skill, expert, env_cfg, students))
     ctx.log_json(table, "evaluation/transition.json")
     return {"policy": uri}
 

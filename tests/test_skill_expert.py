@@ -95,6 +95,13 @@ def test_the_goal_reward_peaks_on_top_of_the_box(seed):
         ({"walk_in_m": -0.1}, "walk_in_m", "must be >= 0"),
         ({"generalization": {"ppo": {"dagger_coef": 1.0}}}, "generalization.ppo.dagger_coef", "no expert labels"),
         ({"generalization": {"ppo": {"num_steps": 12}}}, "generalization.ppo.num_steps", "rollout length 8"),
+        (
+            {"generalization": {"env": {"walking_starts": 0.5}}, "teacher": ""},
+            "generalization.env.walking_starts",
+            "need a teacher stage to walk",
+        ),
+        ({"env": {"walking_starts": 0.5}}, "env.walking_starts", "phase A starts on its reference"),
+        ({"walking": {"speed": [0.6, 0.3]}}, "walking.speed", "0 <= lo <= hi"),
     ],
 )
 def test_a_bad_skill_config_names_its_field(override, where, message):
@@ -140,3 +147,12 @@ def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_p
         skill_env(cfg, replace(ref, tracked=None))
     with pytest.raises(ValueError, match="no accepted physics-tracked 'speed_vault' entry"):
         hardest_reference(tmp_path / "lib", "speed_vault")
+
+
+def test_a_skill_with_a_teacher_takes_its_policy_as_an_input():
+    from llp.stages.registry import STAGES
+    from llp.stages.skill_expert import SkillExpertConfig
+
+    spec = STAGES["skill_climb_step"]
+    assert "teacher" not in spec.inputs(SkillExpertConfig(teacher=""))
+    assert spec.inputs(SkillExpertConfig(teacher="locomotion_teacher"))["teacher"] == "locomotion_teacher.policy"

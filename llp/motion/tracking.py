@@ -56,6 +56,12 @@ class TrackingTerminations:
     anchor_z: float = field(default=0.25, doc="Pelvis height error that ends the episode, m (mjlab: 0.25).")
     tilt: float = field(default=0.8, doc="Difference of projected gravity vectors that ends it (mjlab: 0.8).")
     end_body_z: float = field(default=0.25, doc="Height error of a foot or hand that ends it, m (mjlab: 0.25).")
+    walking_unheld_z: float | None = field(
+        default=None,
+        doc="In episodes that start walking (walking_starts): the pelvis and foot or hand height error that ends "
+        "them, m. A walking robot reaches the box on its own timing, not the reference's clock; the skill stage's "
+        "walk-in evaluation tolerates 1.0. None: anchor_z and end_body_z as every episode.",
+    )
 
 
 @dataclass(kw_only=True)
@@ -97,6 +103,18 @@ class TrackingTaskConfig:
         default="reference",
         doc="Joints at an episode's start: the reference frame's (reference) or the default pose, the locomotion "
         "teacher's standing posture (default).",
+    )
+    walking_starts: float = field(
+        default=0.0,
+        doc="Share of episodes (training and trial) that start mid-stride in a recorded walking state of the "
+        "locomotion teacher (TrackingEnvConfig.walking_states) at the start frame's spot and heading, instead of "
+        "in start_posture: the handoff the skill meets on the transition course. 0: none.",
+    )
+    walking_lead_in_m: float = field(
+        default=0.0,
+        doc="Walking starts begin up to this far behind their start frame, drawn uniformly, m (training and trial), "
+        "the reference's clock waiting as for lead_in_m: the band before a skill's start where the box is in the "
+        "scan. 0: at the start frame.",
     )
     lead_in_m: float = field(
         default=0.0,
@@ -150,6 +168,12 @@ class TrackingTaskConfig:
             lo, hi = self.friction
             check(0 < lo <= hi, f"{p}friction", f"[{lo}, {hi}]: need 0 < low <= high")
         check(self.lateral_m >= 0, f"{p}lateral_m", "must be >= 0")
+        check(0 <= self.walking_starts <= 1, f"{p}walking_starts", "must be in [0, 1]")
+        check(self.walking_lead_in_m >= 0, f"{p}walking_lead_in_m", "must be >= 0")
+        check(self.walking_lead_in_m == 0 or self.lead_in_m == 0, f"{p}walking_lead_in_m",
+              "a lead-in for walking starts alone, or lead_in_m for every episode: not both")  # fmt: skip
+        unheld = self.terminations.walking_unheld_z
+        check(unheld is None or unheld > 0, f"{p}terminations.walking_unheld_z", "must be > 0 (or null)")
         check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
         check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
         check(self.lead_in_speed >= 0, f"{p}lead_in_speed", "must be >= 0")
@@ -197,6 +221,7 @@ class TrackingEnvConfig:
     contacts: list[Contact]
     reference_id: str = ""
     lanes: list[Lane] = dataclass_field(default_factory=list)
+    walking_states: np.ndarray | None = None  # [M, D] the teacher's gait (llp.motion.walking_states)
 
     @property
     def policy_dt(self) -> float:
@@ -212,6 +237,9 @@ class TrackingEnvConfig:
                 f"reference {self.reference_id!r} runs at {self.fps} fps; the tracking policy at "
                 f"{1 / self.task.policy_dt:g} Hz needs one reference frame per policy step"
             )
+        if self.task.walking_starts > 0 and (self.walking_states is None or len(self.walking_states) == 0):
+            raise ValueError(f"walking_starts {self.task.walking_starts} needs recorded walking states "
+                             "(TrackingEnvConfig.walking_states: the stage's teacher input records them)")  # fmt: skip
         frames = [c.frame for c in self.contacts]
         for lane in self.references():
             name, q = lane.reference_id, lane.qpos

@@ -39,6 +39,7 @@ import torch
 
 from llp.motion.scene import add_obstacle
 from llp.motion.tracking import ReferenceKinematics, TrackingEnvConfig, reference_kinematics
+from llp.motion.walking_states import place, state_width
 from llp.sim.backend import physics_batch
 from llp.sim.env import StepResult
 from llp.sim.math3d import yaw_and_gravity
@@ -124,6 +125,13 @@ class TrackingEnv:
         mid, half = (lo + hi) / 2, (hi - lo) / 2 * task.robot.soft_joint_limit
         self.soft_lo, self.soft_hi = mid - half, mid + half
         self.num_actions = m.nu
+        self.walking_states = None
+        if cfg.walking_states is not None:
+            states, width = np.asarray(cfg.walking_states, dtype=np.float64), state_width(m.nq, m.nv)
+            if states.ndim != 2 or states.shape[1] != width:
+                raise ValueError(f"walking states of shape {list(states.shape)} do not fit robot "
+                                 f"{task.robot.name} ({width} columns: llp.motion.walking_states)")  # fmt: skip
+            self.walking_states = states
         self.action_offset = task.action_offset
         self.scan_points = task.height_scan.points()
 
@@ -179,6 +187,7 @@ class TrackingEnv:
         self.body_error = np.zeros(n)  # sum over the episode of the mean tracked-body position error
         self.waiting = np.zeros(n, dtype=bool)  # lead-in: the reference's clock waits at the start frame
         self.wait_left = np.zeros(n, dtype=np.int64)  # lead-in: policy steps before the clock starts anyway
+        self.walking = np.zeros(n, dtype=bool)  # whether each env's episode began mid-stride (walking_starts)
         self.lead_in = np.zeros(n)  # lead-in: how far behind its start frame the episode began, m
         self.shift = np.zeros(n)  # walking lead-in: how far behind its start frame the reference still is, m
         self.lead_level = np.zeros(n, dtype=np.int64)  # lead-in curriculum: this env's level
@@ -242,11 +251,28 @@ class TrackingEnv:
             self.wait_left[ids] = int(round(task.lead_in_timeout_s / self.dt))
         if self.randomized:
             self._randomize(ids)
-        self.qpos[ids] = q
-        self.qvel[ids] = ref.qvel[lane, start]
+        qvel = ref.qvel[lane, start].copy()
         if task.start_posture == "default":
-            self.qvel[ids, 6:] = 0.0
-        self.ctrl[ids] = q[:, self.joint_qpos] if task.start_posture == "default" else ref.joint_pos[lane, start]
+            qvel[:, 6:] = 0.0
+        ctrl = q[:, self.joint_qpos] if task.start_posture == "default" else ref.joint_pos[lane, start].copy()
+        walk = rng.uniform(size=k) < task.walking_starts
+        self.walking[ids] = walk
+        if task.walking_lead_in_m > 0:  # only walking starts lead in (below); the others start on their frame
+            self.lead_in[ids], self.waiting[ids] = 0.0, False
+        if walk.any():  # mid-stride, at the spot (lead-in and sideways offset included) and heading of the start
+            states = self.walking_states[rng.integers(len(self.walking_states), size=int(walk.sum()))]
+            yaw, _ = yaw_and_gravity(ref.qpos[lane[walk], start[walk], 3:7])
+            q[walk], qvel[walk] = place(states, q[walk, 0:2], yaw, self.model.nq)
+            ctrl[walk] = q[walk][:, self.joint_qpos]
+            if task.walking_lead_in_m > 0:  # behind the start frame along the motion (+x), the clock waiting there
+                back, w = rng.uniform(0, task.walking_lead_in_m, size=int(walk.sum())), ids[walk]
+                q[walk, 0] -= back
+                self.lead_in[w], self.shift[w] = back, 0.0
+                self.waiting[w] = back > task.lead_in_tolerance_m
+                self.wait_left[w] = int(round(task.lead_in_timeout_s / self.dt))
+        self.qpos[ids] = q
+        self.qvel[ids] = qvel
+        self.ctrl[ids] = ctrl
         self.batch.forward(ids)
         self.frame[ids] = start
         self.start_frame[ids] = start
@@ -398,6 +424,7 @@ class TrackingEnv:
                         "env": int(env), "lane": int(self.lane[env]), "reference_id": self.lane_ids[self.lane[env]],
                         "success": bool(success[env]), "fell": bool(terminated[env]),
                         "frames": int(self.episode_length[env]), "lead_in_m": float(self.lead_in[env]),
+                        "walking_start": bool(self.walking[env]),
                         "tracking_error_m": float(self.body_error[env] / max(self.episode_length[env], 1)),
                         "final_anchor_error_m": float(errors["anchor_pos"][env]),
                         "qpos": np.array(self.trajectories[env]),
@@ -485,10 +512,14 @@ class TrackingEnv:
         t = self.task.terminations
         _, gravity = yaw_and_gravity(self.qpos[:, 3:7])
         tilt = np.linalg.norm(gravity - self.ref.gravity[self.lane, self.frame], axis=1)
+        anchor_z, end_body_z = t.anchor_z, t.end_body_z
+        if t.walking_unheld_z is not None:  # walking starts keep their own timing: heights not held to the clock
+            anchor_z = np.where(self.walking, t.walking_unheld_z, t.anchor_z)
+            end_body_z = np.where(self.walking, t.walking_unheld_z, t.end_body_z)
         return {
-            "anchor_z": errors["anchor_z"] > t.anchor_z,
+            "anchor_z": errors["anchor_z"] > anchor_z,
             "tilt": tilt > t.tilt,
-            "end_body_z": errors["end_z"] > t.end_body_z,
+            "end_body_z": errors["end_z"] > end_body_z,
         }
 
     # ------------------------------------------------------------------ observations
