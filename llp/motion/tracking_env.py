@@ -255,7 +255,9 @@ class TrackingEnv:
         if task.start_posture == "default":
             qvel[:, 6:] = 0.0
         ctrl = q[:, self.joint_qpos] if task.start_posture == "default" else ref.joint_pos[lane, start].copy()
-        walk = rng.uniform(size=k) < task.walking_starts
+        walk = np.zeros(k, dtype=bool)
+        if task.walking_starts > 0:  # drawn only then: without walking starts the random stream is as before
+            walk = rng.uniform(size=k) < task.walking_starts
         self.walking[ids] = walk
         if task.walking_lead_in_m > 0:  # only walking starts lead in (below); the others start on their frame
             self.lead_in[ids], self.waiting[ids] = 0.0, False
