@@ -246,8 +246,7 @@ def walking_states(ctx, teacher_uri: str | None, cfg: WalkingStatesConfig, robot
 
     teacher = ctx.frozen_policy(teacher_uri)
     states = teacher_walking_states(teacher, cfg, "locomotion", robot, ctx.seed, path)
-    nq = 7 + (states.shape[1] - 11) // 2
-    pace = forward_speed(states, nq)
+    pace = forward_speed(states)
     ctx.log_metrics({"walking_states/count": float(len(states)), "walking_states/speed_median": float(np.median(pace)),
                      "walking_states/speed_p05": float(np.percentile(pace, 5)),
                      "walking_states/speed_p95": float(np.percentile(pace, 95))}, step=0)  # fmt: skip

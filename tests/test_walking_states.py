@@ -56,7 +56,7 @@ def test_a_state_placed_at_another_spot_and_heading_keeps_its_gait(seed):
     states = _gait(seed)
     nq = seed.qpos.shape[1]
     assert states.shape[1] == state_width(nq, nq - 1)
-    np.testing.assert_allclose(forward_speed(states, nq), 0.5, atol=1e-9)  # along its own heading, whatever it was
+    np.testing.assert_allclose(forward_speed(states), 0.5, atol=1e-9)  # along its own heading, whatever it was
     xy, yaw = np.tile([[3.0, -1.0]], (len(states), 1)), np.full(len(states), 0.7)
     qpos, qvel = place(states, xy, yaw, nq, floor=0.25)
     placed_yaw, gravity = yaw_and_gravity(qpos[:, 3:7])

@@ -78,14 +78,14 @@ def place(states: np.ndarray, xy: np.ndarray, yaw: np.ndarray, nq: int, floor: f
     height, tilt, joints = states[:, 0], states[:, 1:5], states[:, 5 : 5 + nj]
     lin, ang, joint_vel = states[:, 5 + nj : 8 + nj], states[:, 8 + nj : 11 + nj], states[:, 11 + nj :]
     qpos = np.concatenate([xy, (height + floor)[:, None], quat_mul(yaw_quat(yaw), tilt), joints], axis=1)
-    c, s = np.cos(yaw), np.sin(yaw)  # the heading frame's velocity back into the world's
-    world = np.stack([c * lin[:, 0] - s * lin[:, 1], s * lin[:, 0] + c * lin[:, 1], lin[:, 2]], axis=1)
+    world = rotate_into_yaw_frame(lin, -yaw)  # the heading frame's velocity back into the world's
     return qpos, np.concatenate([world, ang, joint_vel], axis=1)
 
 
-def forward_speed(states: np.ndarray, nq: int) -> np.ndarray:
-    """[M] each state's speed along its heading, m/s."""
-    return states[:, 5 + nq - 7]
+def forward_speed(states: np.ndarray) -> np.ndarray:
+    """[M] each state's speed along its heading, m/s (a robot of hinge joints: as many velocities as joints)."""
+    joints = (states.shape[1] - 11) // 2
+    return states[:, 5 + joints]
 
 
 def record_walking_states(env, policy, cfg: WalkingStatesConfig) -> np.ndarray:
