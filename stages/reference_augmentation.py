@@ -53,6 +53,11 @@ class ReferenceAugmentationConfig:
     checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
     trials: int = field(default=32, doc="Dynamic acceptance: rollouts from the first frame per round.")
     min_success: float = field(default=0.8, doc="Dynamic acceptance: the success rate a round needs.")
+    max_heading_drift_deg: float | None = field(
+        default=None,
+        doc="Heading acceptance: the most a round's physics rollout may turn its root off the seed's heading, "
+        "degrees; null: measured and recorded (the library's 'heading drift'), not judged.",
+    )
     retries: int = field(default=1, doc="Prefect retries of this stage (each starts again from round 1).")
     ppo: PPOConfig = field(default_factory=PPOConfig, doc="PPO settings.")
     actor: ActorConfig = field(default_factory=_actor, doc="Tracking policy.")
@@ -65,6 +70,9 @@ class ReferenceAugmentationConfig:
 
         seeds = sorted(p.stem for p in (CONF_DIR / "seeds").glob("*.yaml"))
         check(self.seed in seeds, f"{path}.seed", f"no seed {self.seed!r}; allowed values: {', '.join(seeds)}")
+        if self.max_heading_drift_deg is not None:
+            check(0 < self.max_heading_drift_deg < 180, f"{path}.max_heading_drift_deg",
+                  f"{self.max_heading_drift_deg}: need degrees in (0, 180), or null")  # fmt: skip
         check(self.rounds >= 1, f"{path}.rounds", "must be >= 1")
         check(0 < self.height_step <= 0.2, f"{path}.height_step", "must be in (0, 0.2] metres")
         for name in ("envs_per_actor", "iterations", "iterations_per_round", "checkpoint_every", "trials"):
@@ -102,6 +110,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     shutil.rmtree(root, ignore_errors=True)  # a retry starts again from round 1
     library = ReferenceLibrary(root)
     parent = library.add(seed_reference(seed_spec(cfg.seed)))
+    seed_motion = parent.qpos  # each round's rollout is measured against the seed's heading
     # a retry draws other seeds: on one machine the same seeds replay the same rounds (the walking seed's round 1
     # gave 56% of 32 trials twice over, to the tenth of a centimetre of tracking error; README)
     seed = ctx.seed + RETRY_SEED_STRIDE * (ctx.attempt - 1)
@@ -153,6 +162,9 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
                              rcfg.contact_tolerance * PHYSICS_SLACK),
             dynamic,
         ]  # fmt: skip
+        drift = float(abs(A.heading_drift_deg(motion, seed_motion)).max())
+        if cfg.max_heading_drift_deg is not None:
+            checks.append(A.heading(motion, seed_motion, cfg.max_heading_drift_deg))
         error = wins[0]["tracking_error_m"] if wins else sum(t["tracking_error_m"] for t in trials) / len(trials)
         made = (
             f"physics rollout of the round-{r} tracker (best of {len(wins)} successful trials) over {parent.id} "
@@ -161,14 +173,17 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
             else f"raised {parent.id} by {cfg.height_step} m (IK); no tracking rollout succeeded"
         )
         entry = library.add(Reference(**common, made_by=made, acceptance=checks, tracking_error_m=error,
-                                      success_rate=rate, qpos=motion, tracked=qpos))  # fmt: skip
+                                      success_rate=rate, heading_drift_deg=drift, qpos=motion,
+                                      tracked=qpos))  # fmt: skip
         rounds.append({"round": r, "id": ref_id, "height_m": obstacle.height, "tracking_error_m": error,
-                       "success_rate": rate, "iterations": iterations, "accepted": entry.accepted,
+                       "success_rate": rate, "heading_drift_deg": drift, "iterations": iterations,
+                       "accepted": entry.accepted,
                        "final_return": history[-1].get("episode/return") if history else None})  # fmt: skip
         ctx.log_metrics({"round/height_m": obstacle.height, "round/success_rate": rate,
-                         "round/tracking_error_m": error}, step=r)  # fmt: skip
+                         "round/tracking_error_m": error, "round/heading_drift_deg": drift}, step=r)  # fmt: skip
         print(f"[llp] {ctx.stage}: round {r} at {100 * obstacle.height:.1f} cm: {100 * rate:.0f}% of "
-              f"{len(trials)} trials succeed, tracking error {100 * error:.1f} cm", flush=True)  # fmt: skip
+              f"{len(trials)} trials succeed, tracking error {100 * error:.1f} cm, the root turns up to "
+              f"{drift:.1f} deg off the seed's heading", flush=True)  # fmt: skip
         if not entry.accepted:
             failed = [a for a in checks if a.passed is False]
             stop = f"round {r} fails its acceptance: " + "; ".join(f"{a.name}: {a.reason}" for a in failed)

@@ -183,3 +183,52 @@ def test_llp_seeds_and_llp_refs(tmp_path):
     assert refs.returncode == 0 and "| climb_step_25.r0 | climb_step | 0 | - | climb 25 cm |" in refs.stdout
     bad = subprocess.run([*llp, "refs", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "is neither a reference library (no index.json) nor a pipeline run" in bad.stderr
+
+
+def _turned(qpos: np.ndarray, yaw_deg: np.ndarray) -> np.ndarray:
+    """``qpos`` with each frame's root turned by ``yaw_deg`` about z (the rest of the pose kept)."""
+    from llp.sim.math3d import yaw_quat
+
+    out = qpos.copy()
+    out[:, 3:7] = yaw_quat(np.radians(np.asarray(yaw_deg, dtype=np.float64)))
+    return out
+
+
+def test_the_heading_check_measures_a_rollouts_turn_off_the_seeds_heading_frame_by_frame():
+    seed = _turned(np.zeros((101, 28)), np.full(101, 170.0))  # heading 170 deg throughout
+    turn = np.linspace(0.0, 30.0, 51)  # a rollout of half as many frames turning steadily left, to +30 deg
+    rollout = _turned(np.zeros((51, 28)), 170.0 + turn)  # ... across the +-180 wrap
+    drift = A.heading_drift_deg(rollout, seed)
+    assert drift.shape == (51,) and np.allclose(drift, turn, atol=1e-6)
+    assert np.allclose(A.heading_drift_deg(_turned(np.zeros((51, 28)), 170.0 - turn), seed), -turn, atol=1e-6)
+    within = A.heading(rollout, seed, limit_deg=45.0)
+    assert within.passed is True and within.numbers["max_heading_drift_deg"] == pytest.approx(30.0)
+    over = A.heading(rollout, seed, limit_deg=20.0)
+    assert over.passed is False and "turns 30.0 deg off the seed's heading (> 20.0)" in over.reason
+    assert over.numbers["final_heading_drift_deg"] == pytest.approx(30.0)
+
+
+def test_the_library_keeps_and_shows_each_entrys_heading_drift(tmp_path):
+    import copy
+
+    lib = ReferenceLibrary(tmp_path / "refs")
+    seed = seed_reference(seed_spec("climb_step_25"))
+    lib.add(seed)
+    child = copy.copy(seed)
+    child.id, child.round, child.parent, child.heading_drift_deg = "climb_step_25.r1", 1, seed.id, 21.84
+    lib.add(child)
+    again = ReferenceLibrary(tmp_path / "refs")
+    assert again.get("climb_step_25.r1").heading_drift_deg == pytest.approx(21.84)
+    assert again.get("climb_step_25.r0").heading_drift_deg is None  # the seed is the heading itself
+    rows = again.table().splitlines()
+    assert "| heading drift |" in rows[0]
+    assert "| 21.8 deg |" in rows[3] and "| - | contact keyframes" in rows[2]
+
+
+def test_a_heading_limit_outside_0_to_180_degrees_is_named():
+    from llp.config.schema import ConfigError
+    from stages.reference_augmentation import ReferenceAugmentationConfig
+
+    with pytest.raises(ConfigError, match=r"ra\.max_heading_drift_deg.*\(0, 180\)"):
+        ReferenceAugmentationConfig(max_heading_drift_deg=0.0).validate("ra")
+    ReferenceAugmentationConfig(max_heading_drift_deg=25.0).validate("ra")

@@ -119,6 +119,7 @@ def test_reference_augmentation_registers_a_library_whose_grown_entry_links_to_i
     assert [a["name"] for a in grown["acceptance"]] == ["kinematic", "scene", "dynamic"]
     assert grown["acceptance"][2]["numbers"]["trials"] == 4 and grown["success_rate"] is not None
     assert grown["tracking_error_m"] > 0 and (folder / "climb_step_25.r1.npz").is_file()
+    assert 0.0 <= grown["heading_drift_deg"] < 180.0  # measured, not judged (no max_heading_drift_deg set)
     shown = llp("refs", "e2e", "--run-root", str(smoke_run["root"]))
     assert shown.returncode == 0
     assert "| climb_step_25.r1 | climb_step | 1 | climb_step_25.r0 | climb 27.5 cm |" in shown.stdout

@@ -3,7 +3,9 @@
 * kinematic: joint positions inside the robot's limits, joint speeds under the configured limit;
 * scene: no robot geometry deeper than ``penetration_limit`` in the obstacle or the floor, and every
   intended contact within ``contact_tolerance`` of its surface (median over its window);
-* dynamic: the reference executed in physics; recorded as not run until a tracking policy has run it.
+* dynamic: the reference executed in physics; recorded as not run until a tracking policy has run it;
+* heading: how far a physics rollout's root turns away from the seed's heading, frame by frame (a rollout
+  becomes the next round's proposal, so a turn compounds over the rounds); judged only against a set limit.
 """
 
 from __future__ import annotations
@@ -91,6 +93,27 @@ def scene_relation(
             reasons.append(f"{c.frame} stays {100 * med:.1f} cm from the {c.surface} in [{c.start}, {c.end}] s")
     numbers["worst_contact_distance_m"] = worst
     return Acceptance("scene", not reasons, numbers, "; ".join(reasons))
+
+
+def heading_drift_deg(qpos: np.ndarray, seed_qpos: np.ndarray) -> np.ndarray:
+    """Per frame of ``qpos`` [T, nq], its root's yaw minus the seed's at the same point of the motion (frames
+    matched by their share of the motion), wrapped to [-180, 180) degrees."""
+    from llp.sim.math3d import yaw_and_gravity
+
+    at = np.rint(np.linspace(0, len(seed_qpos) - 1, len(qpos))).astype(np.int64)
+    yaw, _ = yaw_and_gravity(np.asarray(qpos[:, 3:7], dtype=np.float64))
+    seed_yaw, _ = yaw_and_gravity(np.asarray(seed_qpos[at, 3:7], dtype=np.float64))
+    return (np.degrees(yaw - seed_yaw) + 180.0) % 360.0 - 180.0
+
+
+def heading(qpos: np.ndarray, seed_qpos: np.ndarray, limit_deg: float) -> Acceptance:
+    """The largest turn of the root away from the seed's heading must stay within ``limit_deg``."""
+    drift = np.abs(heading_drift_deg(qpos, seed_qpos))
+    numbers = {"max_heading_drift_deg": float(drift.max()), "final_heading_drift_deg": float(drift[-1])}
+    why = ""
+    if drift.max() > limit_deg:
+        why = f"the root turns {drift.max():.1f} deg off the seed's heading (> {limit_deg})"
+    return Acceptance("heading", not why, numbers, why)
 
 
 def not_run(name: str, why: str) -> Acceptance:

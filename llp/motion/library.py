@@ -42,6 +42,7 @@ class Reference:
     acceptance: list[Acceptance] = field(default_factory=list)
     tracking_error_m: float | None = None  # mean body-position error of the physics rollout (growth rounds)
     success_rate: float | None = None  # of the dynamic acceptance trials
+    heading_drift_deg: float | None = None  # the root's largest turn off the seed's heading (growth rounds)
     qpos: np.ndarray | None = None  # [T, nq], loaded on demand
     # growth rounds: the raised proposal the round's tracker was trained on ([T, nq], loaded with the motion).
     # The tracker follows it, not the physics rollout kept as ``qpos``: a skill stage whose expert is that
@@ -122,16 +123,19 @@ class ReferenceLibrary:
 
     def table(self) -> str:
         """The entries with provenance, as a Markdown table."""
-        head = "| id | skill | round | parent | obstacle | checks | tracking error | success | made by |"
-        rows = [head, "|" + "---|" * 9]
+        head = (
+            "| id | skill | round | parent | obstacle | checks | tracking error | success | heading drift | made by |"
+        )
+        rows = [head, "|" + "---|" * 10]
         for e in self.entries:
             checks = ", ".join(f"{a.name} {_verdict(a.passed)}" for a in e.acceptance)
             err = "-" if e.tracking_error_m is None else f"{100 * e.tracking_error_m:.1f} cm"
             succ = "-" if e.success_rate is None else f"{100 * e.success_rate:.0f}%"
+            drift = "-" if e.heading_drift_deg is None else f"{e.heading_drift_deg:.1f} deg"
             obst = f"{e.obstacle.kind} {round(100 * e.obstacle.height, 1):g} cm"
             rows.append(
                 f"| {e.id} | {e.skill} | {e.round} | {e.parent or '-'} | {obst} | {checks} | {err} | {succ} | "
-                f"{e.made_by.split(',')[0]} |"
+                f"{drift} | {e.made_by.split(',')[0]} |"
             )
         return "\n".join(rows)
 
