@@ -270,20 +270,25 @@ def skill_walking_states(ctx, cfg: MergeConfig, teacher_uri: str):
 def evaluate_skill_starts(ctx, trials: int, skill: str, expert, env_cfg, students: dict[str, str]) -> dict:
     """``evaluate_skill`` from the standing start ({skill: rows}) and, where the group also starts walking, from
     the walking start, heights not held to the reference's clock ({"<skill> walking start": rows}, metrics
-    eval/<skill>_walking_start/...)."""
+    eval/<skill>_walking_start/...), and where its walking starts lead in, from up to ``walking_lead_in_m``
+    behind it ({"<skill> walking lead-in": rows}, with the success per band of that distance)."""
     from dataclasses import replace
 
     from llp.stages.skill_expert import WALK_IN_UNHELD_Z
 
-    def starting(share: float):  # walking ones keep their own timing (as the skill stage's walking start)
+    def starting(share: float, lead_in: float = 0.0):  # walking ones keep their own timing (as the skill stage's)
         unheld = replace(env_cfg.task.terminations, walking_unheld_z=WALK_IN_UNHELD_Z if share else None)
-        task = replace(env_cfg.task, walking_starts=share, walking_lead_in_m=0.0, terminations=unheld)
+        task = replace(env_cfg.task, walking_starts=share, walking_lead_in_m=lead_in, terminations=unheld)
         return replace(env_cfg, task=task)
 
     table = {skill: evaluate_skill(ctx, trials, skill, expert, starting(0.0), students)}
     if env_cfg.walking_states is not None:
-        name = f"{skill} walking start"
-        table[name] = evaluate_skill(ctx, trials, skill, expert, starting(1.0), students, label=name.replace(" ", "_"))
+        starts = {"walking start": starting(1.0)}
+        if env_cfg.task.walking_lead_in_m > 0:
+            starts["walking lead-in"] = starting(1.0, env_cfg.task.walking_lead_in_m)
+        for start, env in starts.items():
+            name = f"{skill} {start}"
+            table[name] = evaluate_skill(ctx, trials, skill, expert, env, students, label=name.replace(" ", "_"))
     return table
 
 
@@ -293,7 +298,7 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
     from dataclasses import replace
 
     from llp.stages.reference_augmentation import run_trials
-    from llp.stages.skill_expert import DefaultPose
+    from llp.stages.skill_expert import DefaultPose, lead_in_words, success_by_lead_in
 
     own = replace(env_cfg, task=replace(env_cfg.task, proprio_layout=expert.spec["proprio_layout"]))
     policies = {f"{skill} expert": (expert.load(), own, expert.uri)}
@@ -309,6 +314,9 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
         n = len(records)
         row = {"model": model, "trials": n, "success_rate": sum(t["success"] for t in records) / n,
                "fall_rate": sum(t["fell"] for t in records) / n}  # fmt: skip
+        by_band = success_by_lead_in(records, env.task.walking_lead_in_m) if env.task.walking_lead_in_m else {}
+        if by_band:
+            row["success_by_lead_in"] = by_band
         row["success_by_reference"] = {
             ref: sum(t["success"] for t in records if t["reference_id"] == ref) / max(1, sum(t["reference_id"] == ref
                                                                                           for t in records))
@@ -317,6 +325,6 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
         key = f"eval/{label or skill}/{who.replace(' ', '_')}"
         ctx.log_metrics({f"{key}/success_rate": row["success_rate"], f"{key}/fall_rate": row["fall_rate"]}, step=0)
         print(f"[llp] {ctx.stage}: {label or skill}: {who}: {100 * row['success_rate']:.0f}% of {n} trials succeed, "
-              f"{100 * row['fall_rate']:.0f}% fall", flush=True)  # fmt: skip
+              f"{100 * row['fall_rate']:.0f}% fall{lead_in_words(by_band)}", flush=True)  # fmt: skip
         rows[who] = row
     return rows

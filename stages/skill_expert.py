@@ -63,6 +63,28 @@ def _ppo() -> PPOConfig:
 
 
 WALK_IN_UNHELD_Z = 1.0  # m: a height error the walk-in evaluation tolerates (the robot's own height is ~0.7 m)
+LEAD_IN_BANDS = 3  # trials that start behind the motion's start: their success per third of that distance
+
+
+def success_by_lead_in(trials: list[dict], reach: float, bands: int = LEAD_IN_BANDS) -> dict[str, float]:
+    """The share of ``trials`` (trial records) that succeed per equal band of their distance behind the motion's
+    start (``lead_in_m``), 0 to ``reach`` m, nearest first: {"0.00-0.12 m": rate, ...}; a band no trial started
+    in is left out."""
+    edges = [reach * k / bands for k in range(bands + 1)]
+    out = {}
+    for k in range(bands):
+        lo, hi = edges[k], edges[k + 1]
+        inside = [t for t in trials if lo <= t["lead_in_m"] < hi or (k == bands - 1 and t["lead_in_m"] >= hi)]
+        if inside:
+            out[f"{lo:.2f}-{hi:.2f} m"] = sum(t["success"] for t in inside) / len(inside)
+    return out
+
+
+def lead_in_words(by_band: dict[str, float]) -> str:
+    """``success_by_lead_in``'s bands for a log line ("" without any)."""
+    if not by_band:
+        return ""
+    return "; by distance behind the start: " + ", ".join(f"{b} {100 * r:.0f}%" for b, r in by_band.items())
 
 
 # The locomotion task's friction and the course's sideways spawn, which the skill meets on the transition course:
@@ -326,6 +348,10 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
             walking = replace(gen_cfg.task, lead_in_m=0.0, walking_starts=1.0, walking_lead_in_m=0.0,
                               terminations=unheld)  # fmt: skip
             starts["walking start"] = replace(gen_cfg, task=walking)
+            if gen_cfg.task.walking_lead_in_m > 0:  # and from the band behind it that phase B walks in from, as
+                # the course's robot arrives (success per third of the distance in the table and the log)
+                band = replace(walking, walking_lead_in_m=gen_cfg.task.walking_lead_in_m)
+                starts["walking lead-in"] = replace(gen_cfg, task=band)
         for protocol, env_b in starts.items():
             expert_b = (tracker.uri, replace(env_b, task=replace(env_b.task, action_offset=offset)))
             at_b = {k: (v[0], env_b) for k, v in policies.items() if k != "tracking expert"}
@@ -390,8 +416,9 @@ def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> Non
     """Each policy (a URI, a local actor, or None: the default pose) on the same ``cfg.trials`` fresh trials from
     the first frame, spread over the env's lanes; metrics eval/<who>/... for the favorable start (the hardest
     reference in its first pose), eval/standing_start/<who>/... for phase B's start on the motion's start,
-    eval/walk-in_start/<who>/... from up to ``walk_in_m`` behind it; a table per protocol with
-    each lane's success."""
+    eval/walk-in_start/<who>/... from up to ``walk_in_m`` behind it, eval/walking_start/... and
+    eval/walking_lead-in/... walking in at it and from up to ``walking_lead_in_m`` behind it; a table per
+    protocol with each lane's success and, for starts behind the motion's, the success per band of distance."""
     from llp.motion.tracking_env import TrackingEnv
     from llp.stages.reference_augmentation import run_trials
 
@@ -414,6 +441,10 @@ def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> Non
             "mean_frames": sum(t["frames"] for t in trials) / n,
             "tracking_error_m": sum(t["tracking_error_m"] for t in trials) / n,
         }
+        reach = max(env_cfg.task.lead_in_m, env_cfg.task.walking_lead_in_m)
+        by_band = success_by_lead_in(trials, reach) if reach > 0 else {}
+        if by_band:
+            row["success_by_lead_in"] = by_band
         lanes = sorted({t["reference_id"] for t in trials})
         if len(lanes) > 1:
             row["success_by_reference"] = {
@@ -426,5 +457,5 @@ def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> Non
         numbers = {k: v for k, v in row.items() if isinstance(v, float | int) and k != "trials"}
         ctx.log_metrics({f"{key}/{k}": float(v) for k, v in numbers.items()}, step=0)
         print(f"[llp] {ctx.stage}: {protocol}: {who}: {100 * row['success_rate']:.0f}% of {n} trials succeed, "
-              f"{100 * row['fall_rate']:.0f}% fall", flush=True)  # fmt: skip
+              f"{100 * row['fall_rate']:.0f}% fall{lead_in_words(by_band)}", flush=True)  # fmt: skip
     ctx.log_json(table, f"evaluation/skill_{protocol.replace(' ', '_')}.json")

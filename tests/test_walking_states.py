@@ -175,3 +175,25 @@ def test_recording_keeps_every_kth_step_of_envs_past_the_warm_up():
     np.testing.assert_allclose(states[-4:, 0], env.qpos[:, 2] - env.terrain.height_at(env.qpos[:, 0:2]), atol=0.02)
     with pytest.raises(ValueError, match="never passed the 5.0 s warm-up"):
         record_walking_states(env, _Stand(env.num_actions), WalkingStatesConfig(envs=4, steps=3, warmup_s=5.0))
+
+
+def test_trials_that_walk_in_from_behind_the_start_report_their_success_per_band_of_that_distance(seed):
+    from llp.stages.reference_augmentation import run_trials
+    from llp.stages.skill_expert import DefaultPose, lead_in_words, success_by_lead_in
+
+    made_up = [{"lead_in_m": 0.05, "success": True}, {"lead_in_m": 0.06, "success": False},
+               {"lead_in_m": 0.3, "success": True}, {"lead_in_m": 0.25, "success": False}]  # fmt: skip
+    by_band = success_by_lead_in(made_up, 0.3)
+    assert by_band == {"0.00-0.10 m": 0.5, "0.20-0.30 m": 0.5}  # the far edge counts in the last band; none between
+    assert lead_in_words(by_band) == "; by distance behind the start: 0.00-0.10 m 50%, 0.20-0.30 m 50%"
+    assert lead_in_words({}) == ""
+
+    states = _gait(seed)
+    cfg = _env_cfg(seed, states, walking_starts=1.0, walking_lead_in_m=0.3, start_posture="default")
+    records = run_trials(cfg, DefaultPose(TrackingEnv(cfg, 1).num_actions), 12, seed=3)
+    behind = np.array([t["lead_in_m"] for t in records])
+    assert len(records) == 12 and all(t["walking_start"] for t in records) and 0 <= behind.min() < behind.max() <= 0.3
+    by_band = success_by_lead_in(records, 0.3)
+    counted = [((behind >= k / 10) & (behind < (k + 1) / 10)).sum() for k in range(3)]
+    assert list(by_band) == [f"{k / 10:.2f}-{(k + 1) / 10:.2f} m" for k in range(3) if counted[k]]
+    assert all(rate == 0.0 for rate in by_band.values())  # the default pose held does not climb
