@@ -332,31 +332,42 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
             print(f"[llp] {ctx.stage}: resumed in phase B; phase A's policy is not evaluated", flush=True)
     _evaluate(ctx, cfg, policies, "favorable start")
     if cfg.generalization.iterations:
-        standing = replace(gen_cfg.task, lead_in_m=0.0, walking_starts=0.0)
-        starts = {"standing start": replace(gen_cfg, task=standing)}
-        if cfg.walk_in_m > 0:  # and up to walk_in_m behind the motion's start, drawn from the whole range; a policy
-            # that walks in keeps its own timing, so heights are not held to the reference's clock: the trial ends
-            # on a tip-over or the hold, and succeeds as every trial does (the pelvis at the reference's end); the
-            # clock waits for the pelvis (lead_in_speed 0) whatever phase B trained with
-            loose = replace(gen_cfg.task.terminations, anchor_z=WALK_IN_UNHELD_Z, end_body_z=WALK_IN_UNHELD_Z)
-            walk_in = replace(gen_cfg.task, lead_in_m=cfg.walk_in_m, lead_in_levels=0, lead_in_speed=0.0,
-                              walking_starts=0.0, terminations=loose)  # fmt: skip
-            starts["walk-in start"] = replace(gen_cfg, task=walk_in)
-        if walk is not None:  # mid-stride at the motion's start, the teacher's pace: the course's handoff; a robot
-            # that arrives walking keeps its own timing, so as the walk-in its heights are not held to the clock
-            unheld = replace(gen_cfg.task.terminations, walking_unheld_z=WALK_IN_UNHELD_Z)
-            walking = replace(gen_cfg.task, lead_in_m=0.0, walking_starts=1.0, walking_lead_in_m=0.0,
-                              terminations=unheld)  # fmt: skip
-            starts["walking start"] = replace(gen_cfg, task=walking)
-            if gen_cfg.task.walking_lead_in_m > 0:  # and from the band behind it that phase B walks in from, as
-                # the course's robot arrives (success per third of the distance in the table and the log)
-                band = replace(walking, walking_lead_in_m=gen_cfg.task.walking_lead_in_m)
-                starts["walking lead-in"] = replace(gen_cfg, task=band)
+        starts = phase_b_starts(cfg, gen_cfg, walk)
         for protocol, env_b in starts.items():
             expert_b = (tracker.uri, replace(env_b, task=replace(env_b.task, action_offset=offset)))
             at_b = {k: (v[0], env_b) for k, v in policies.items() if k != "tracking expert"}
             _evaluate(ctx, cfg, {"tracking expert": expert_b, **at_b}, protocol)
     return {"policy": uri}
+
+
+def phase_b_starts(cfg: SkillExpertConfig, gen_cfg, walk) -> dict:
+    """Phase B's evaluation starts, protocol name -> env: standing on the motion's start; standing up to
+    ``walk_in_m`` behind it (the clock waiting); with the teacher's walk (``walk``), walking in at it and, when
+    phase B leads walking starts in, from that band behind it. Each sets every start option it does not use
+    to off, so none inherits phase B's."""
+    from dataclasses import replace
+
+    standing = replace(gen_cfg.task, lead_in_m=0.0, walking_starts=0.0, walking_lead_in_m=0.0)
+    starts = {"standing start": replace(gen_cfg, task=standing)}
+    if cfg.walk_in_m > 0:  # and up to walk_in_m behind the motion's start, drawn from the whole range; a policy
+        # that walks in keeps its own timing, so heights are not held to the reference's clock: the trial ends
+        # on a tip-over or the hold, and succeeds as every trial does (the pelvis at the reference's end); the
+        # clock waits for the pelvis (lead_in_speed 0) whatever phase B trained with
+        loose = replace(gen_cfg.task.terminations, anchor_z=WALK_IN_UNHELD_Z, end_body_z=WALK_IN_UNHELD_Z)
+        walk_in = replace(gen_cfg.task, lead_in_m=cfg.walk_in_m, lead_in_levels=0, lead_in_speed=0.0,
+                          walking_starts=0.0, walking_lead_in_m=0.0, terminations=loose)  # fmt: skip
+        starts["walk-in start"] = replace(gen_cfg, task=walk_in)
+    if walk is not None:  # mid-stride at the motion's start, the teacher's pace: the course's handoff; a robot
+        # that arrives walking keeps its own timing, so as the walk-in its heights are not held to the clock
+        unheld = replace(gen_cfg.task.terminations, walking_unheld_z=WALK_IN_UNHELD_Z)
+        walking = replace(gen_cfg.task, lead_in_m=0.0, walking_starts=1.0, walking_lead_in_m=0.0,
+                          terminations=unheld)  # fmt: skip
+        starts["walking start"] = replace(gen_cfg, task=walking)
+        if gen_cfg.task.walking_lead_in_m > 0:  # and from the band behind it that phase B walks in from, as
+            # the course's robot arrives (success per third of the distance in the table and the log)
+            band = replace(walking, walking_lead_in_m=gen_cfg.task.walking_lead_in_m)
+            starts["walking lead-in"] = replace(gen_cfg, task=band)
+    return starts
 
 
 def _actor(cfg: SkillExpertConfig, pool):

@@ -496,3 +496,19 @@ def test_the_skill_groups_train_under_the_course_conditions_and_the_course_start
         box = course.terrain.approach_length
         assert box - hi <= 0.45 <= box - lo and hi - lo <= 0.05
         assert course.randomization.goal_starts[-1] == (0.0, 0.0)  # last, the whole approach from the spawn
+
+
+def test_every_climb_group_of_make_run_starts_half_its_episodes_walking_in_over_the_same_band():
+    """`make run`'s skill phase B and its merge's and transition's climb groups walk in alike: half the episodes
+    mid-stride, 0-0.35 m behind the skill's start, heights not held to the clock, in the teacher's recorded gait
+    (a teacher stage each); so the students learn the arrival their expert learned."""
+    from llp.config.pipeline import load_pipeline
+    from llp.stages.registry import STAGES, stage_config
+
+    local = load_pipeline("local")
+    skill, merge, transition = (stage_config(local, s) for s in ("skill_climb_step", "merge", "transition"))
+    for env in (skill.generalization.env, merge.skill_env, transition.skill_env):
+        assert (env["walking_starts"], env["walking_lead_in_m"]) == (0.5, 0.35)
+        assert env["terminations"]["walking_unheld_z"] == 1.0
+    assert skill.teacher == merge.teacher == transition.teacher == "locomotion_teacher"
+    assert STAGES["skill_climb_step"].inputs(skill)["teacher"] == "locomotion_teacher.policy"

@@ -177,8 +177,11 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
     upstream = book["stages"]["reference_augmentation"]["outputs"]
     skill = book["stages"]["skill_climb_step"]["outputs"]["policy"]
     tags = tracking.version_tags(skill)
-    assert json.loads(tags["llp.inputs"]) == {"library": upstream["library"], "tracker": upstream["tracker"]}
-    assert [e["uri"] for e in tracking.lineage_chain(skill)] == [skill, upstream["library"], upstream["tracker"]]
+    teacher = book["stages"]["locomotion_teacher"]["outputs"]["policy"]  # its walk starts phase B's walking episodes
+    assert json.loads(tags["llp.inputs"]) == {"library": upstream["library"], "tracker": upstream["tracker"],
+                                              "teacher": teacher}  # fmt: skip
+    chain = [e["uri"] for e in tracking.lineage_chain(skill)]
+    assert chain[0] == skill and sorted(chain[1:]) == sorted([upstream["library"], upstream["tracker"], teacher])
     spec = mlflow.models.get_model_info(skill).metadata["llp_policy_spec"]
     assert spec["obs"] == ["policy/proprio", "policy/height_scan", "policy/command"] and spec["num_frames"] == 5
     assert spec["action_offset"] == "default" and spec["num_actions"] == 21 == len(spec["action_joints"])
@@ -188,6 +191,8 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
         assert 0 <= run.data.metrics[f"eval/{who}/success_rate"] <= 1  # from the hardest reference's first pose
         assert 0 <= run.data.metrics[f"eval/standing_start/{who}/success_rate"] <= 1  # phase B's starts
         assert 0 <= run.data.metrics[f"eval/walk-in_start/{who}/success_rate"] <= 1  # up to walk_in_m behind
+        assert 0 <= run.data.metrics[f"eval/walking_start/{who}/success_rate"] <= 1  # walking in at the start
+        assert 0 <= run.data.metrics[f"eval/walking_lead-in/{who}/success_rate"] <= 1  # ... and from behind it
     phases = mlflow_client(services).get_metric_history(run.info.run_id, "phase/generalization")
     assert [m.value for m in sorted(phases, key=lambda m: m.step)] == [0, 0, 0, 1, 1]  # 3 DAgger + PPO, 2 PPO
     assert run.data.params["inputs.tracker"] == upstream["tracker"]
@@ -221,7 +226,8 @@ def test_the_merged_student_records_its_experts_reads_no_group_and_is_evaluated_
     assert "group/locomotion/reward_terms/lin_vel_tracking" in metrics
     assert "group/climb_step/reward_terms/anchor_pos" in metrics
     for key in ("locomotion/locomotion_teacher", "locomotion/merged_student", "locomotion/stand_still",
-                "climb_step/climb_step_expert", "climb_step/merged_student", "climb_step/default_pose"):  # fmt: skip
+                "climb_step/climb_step_expert", "climb_step/merged_student", "climb_step/default_pose",
+                "climb_step_walking_start/merged_student", "climb_step_walking_lead-in/merged_student"):  # fmt: skip
         assert 0 <= metrics[f"eval/{key}/success_rate"] <= 1
     assert len(client.get_metric_history(run.info.run_id, "loss/dagger")) == 3
 

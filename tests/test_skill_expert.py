@@ -138,7 +138,10 @@ def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_p
     cfg = stage_config(load_pipeline("smoke"), "skill_climb_step")
     assert np.array_equal(skill_env(cfg, ref).qpos, proposal)
     refs = skill_references(tmp_path / "lib", "climb_step")  # phase B: every physics-tracked round, lowest first
-    gen = generalization_env(cfg, refs)
+    from llp.motion.walking_states import to_states
+
+    walk = to_states(seed.qpos[:4], np.zeros((4, seed.qpos.shape[1] - 1)), np.zeros(4))  # phase B's walking starts
+    gen = generalization_env(cfg, refs, walk)
     assert [lane.reference_id for lane in gen.references()] == ["climb_step_25.r1", "climb_step_25.r2"]
     assert [lane.obstacle.height for lane in gen.references()] == [0.275, 0.30]
     assert all(np.array_equal(lane.qpos, rollout) for lane in gen.references())  # the rollouts, not the proposals

@@ -197,3 +197,32 @@ def test_trials_that_walk_in_from_behind_the_start_report_their_success_per_band
     counted = [((behind >= k / 10) & (behind < (k + 1) / 10)).sum() for k in range(3)]
     assert list(by_band) == [f"{k / 10:.2f}-{(k + 1) / 10:.2f} m" for k in range(3) if counted[k]]
     assert all(rate == 0.0 for rate in by_band.values())  # the default pose held does not climb
+
+
+def test_phase_b_evaluates_each_start_alone_whatever_phase_b_trained_with(seed):
+    """Phase B walks in over a band (walking_lead_in_m); its evaluation starts do not inherit it: the standing
+    walk-in stands behind the start with the clock waiting, the walking start walks in at the start, and the
+    walking lead-in walks in from the band."""
+    from llp.config.pipeline import load_pipeline
+    from llp.stages.registry import stage_config
+    from llp.stages.skill_expert import phase_b_starts
+
+    cfg = stage_config(load_pipeline("local"), "skill_climb_step")
+    states = _gait(seed)
+    band = cfg.generalization.env["walking_lead_in_m"]
+    gen = _env_cfg(seed, states, walking_starts=0.5, walking_lead_in_m=band, start_posture="default")
+    starts = phase_b_starts(cfg, gen, states)
+    assert list(starts) == ["standing start", "walk-in start", "walking start", "walking lead-in"]
+    placed = {}
+    for name, env_cfg in starts.items():
+        env = TrackingEnv(env_cfg, 48, seed=6)
+        env.start_trials()
+        placed[name] = env
+    assert not placed["standing start"].walking.any() and (placed["standing start"].lead_in == 0).all()
+    walk_in = placed["walk-in start"]
+    assert not walk_in.walking.any() and 0.25 < walk_in.lead_in.max() <= cfg.walk_in_m
+    assert (walk_in.waiting == (walk_in.lead_in > walk_in.cfg.task.lead_in_tolerance_m)).all()  # the clock waits
+    assert placed["walking start"].walking.all() and (placed["walking start"].lead_in == 0).all()
+    lead = placed["walking lead-in"]
+    assert lead.walking.all() and 0.25 < lead.lead_in.max() <= band and lead.waiting.any()
+    assert not phase_b_starts(cfg, gen, None).keys() & {"walking start", "walking lead-in"}  # no teacher's walk

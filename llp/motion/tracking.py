@@ -170,11 +170,11 @@ class TrackingTaskConfig:
         check(self.lateral_m >= 0, f"{p}lateral_m", "must be >= 0")
         check(0 <= self.walking_starts <= 1, f"{p}walking_starts", "must be in [0, 1]")
         check(self.walking_lead_in_m >= 0, f"{p}walking_lead_in_m", "must be >= 0")
+        check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
         check(self.walking_lead_in_m == 0 or self.lead_in_m == 0, f"{p}walking_lead_in_m",
               "a lead-in for walking starts alone, or lead_in_m for every episode: not both")  # fmt: skip
         unheld = self.terminations.walking_unheld_z
         check(unheld is None or unheld > 0, f"{p}terminations.walking_unheld_z", "must be > 0 (or null)")
-        check(self.lead_in_m >= 0, f"{p}lead_in_m", "must be >= 0")
         check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
         check(self.lead_in_speed >= 0, f"{p}lead_in_speed", "must be >= 0")
         check(self.lead_in_tolerance_m >= 0, f"{p}lead_in_tolerance_m", "must be >= 0")
