@@ -298,7 +298,7 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
     from dataclasses import replace
 
     from llp.stages.reference_augmentation import run_trials
-    from llp.stages.skill_expert import DefaultPose, lead_in_words, success_by_lead_in
+    from llp.stages.skill_expert import DefaultPose, lead_in_reach, lead_in_words, success_by_lead_in
 
     own = replace(env_cfg, task=replace(env_cfg.task, proprio_layout=expert.spec["proprio_layout"]))
     policies = {f"{skill} expert": (expert.load(), own, expert.uri)}
@@ -314,7 +314,7 @@ def evaluate_skill(ctx, trials: int, skill: str, expert, env_cfg, students: dict
         n = len(records)
         row = {"model": model, "trials": n, "success_rate": sum(t["success"] for t in records) / n,
                "fall_rate": sum(t["fell"] for t in records) / n}  # fmt: skip
-        by_band = success_by_lead_in(records, env.task.walking_lead_in_m) if env.task.walking_lead_in_m else {}
+        by_band = success_by_lead_in(records, lead_in_reach(env.task))
         if by_band:
             row["success_by_lead_in"] = by_band
         row["success_by_reference"] = {

@@ -69,7 +69,9 @@ LEAD_IN_BANDS = 3  # trials that start behind the motion's start: their success 
 def success_by_lead_in(trials: list[dict], reach: float, bands: int = LEAD_IN_BANDS) -> dict[str, float]:
     """The share of ``trials`` (trial records) that succeed per equal band of their distance behind the motion's
     start (``lead_in_m``), 0 to ``reach`` m, nearest first: {"0.00-0.12 m": rate, ...}; a band no trial started
-    in is left out."""
+    in is left out; none without a distance (``reach`` 0)."""
+    if reach <= 0:
+        return {}
     edges = [reach * k / bands for k in range(bands + 1)]
     out = {}
     for k in range(bands):
@@ -78,6 +80,11 @@ def success_by_lead_in(trials: list[dict], reach: float, bands: int = LEAD_IN_BA
         if inside:
             out[f"{lo:.2f}-{hi:.2f} m"] = sum(t["success"] for t in inside) / len(inside)
     return out
+
+
+def lead_in_reach(task) -> float:
+    """How far behind the motion's start a tracking task's trials may begin (standing or walking), m."""
+    return max(task.lead_in_m, task.walking_lead_in_m)
 
 
 def lead_in_words(by_band: dict[str, float]) -> str:
@@ -452,8 +459,7 @@ def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> Non
             "mean_frames": sum(t["frames"] for t in trials) / n,
             "tracking_error_m": sum(t["tracking_error_m"] for t in trials) / n,
         }
-        reach = max(env_cfg.task.lead_in_m, env_cfg.task.walking_lead_in_m)
-        by_band = success_by_lead_in(trials, reach) if reach > 0 else {}
+        by_band = success_by_lead_in(trials, lead_in_reach(env_cfg.task))
         if by_band:
             row["success_by_lead_in"] = by_band
         lanes = sorted({t["reference_id"] for t in trials})

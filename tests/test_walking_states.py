@@ -186,7 +186,7 @@ def test_trials_that_walk_in_from_behind_the_start_report_their_success_per_band
     by_band = success_by_lead_in(made_up, 0.3)
     assert by_band == {"0.00-0.10 m": 0.5, "0.20-0.30 m": 0.5}  # the far edge counts in the last band; none between
     assert lead_in_words(by_band) == "; by distance behind the start: 0.00-0.10 m 50%, 0.20-0.30 m 50%"
-    assert lead_in_words({}) == ""
+    assert lead_in_words({}) == "" and success_by_lead_in(made_up, 0.0) == {}  # no distance, no bands
 
     states = _gait(seed)
     cfg = _env_cfg(seed, states, walking_starts=1.0, walking_lead_in_m=0.3, start_posture="default")
