@@ -26,7 +26,7 @@ class EvaluatorWorker:
     ):
         import torch
 
-        from llp.learn.export import load_pt2
+        from llp.learn.export import load_program
         from llp.sim.env import ParkourEnv
 
         torch.set_num_threads(1)
@@ -35,7 +35,7 @@ class EvaluatorWorker:
         env_cfg = dataclasses.replace(env_cfg, terminations=terminations)
         self.env = ParkourEnv(env_cfg, num_envs, seed=seed, threads=threads)
         # no program: the stand-still baseline
-        self.policy = load_pt2(program, spec) if program is not None else StandStill(self.env.num_actions)
+        self.policy = load_program(program, spec) if program is not None else StandStill(self.env.num_actions)
 
     def run(self, settings: list[Setting], trials: list[Trial], rules: TrialRules) -> list[TrialRecord]:
         return run_trials(self.env, self.policy, settings, trials, rules)

@@ -40,6 +40,8 @@ class RunResult:
     curves: dict[str, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)  # stage -> metric -> pts
     student_report: dict | None = None  # the depth student the run ends in (fine-tuned, if it was)
     student_teacher_report: dict | None = None  # its teacher on the student's trials
+    final_report: dict | None = None  # the final evaluation's: the deployable files, closed loop
+    final_teacher_report: dict | None = None  # ... and the depth student's teacher on the same trials
 
 
 def paper_results() -> dict:
@@ -111,6 +113,10 @@ def collect(client, run, tmp: Path) -> RunResult:
         if stage == "evaluate":
             result.report = report(stage_run, "evaluation/report.json")
             continue
+        if stage == "evaluate_final":  # the pipeline's product (the deployable files) and the teacher it came from
+            result.final_report = report(stage_run, "evaluation/report.json")
+            result.final_teacher_report = report(stage_run, "evaluation/reports/teacher.json")
+            continue
         if stage == "depth_student":  # the student the pipeline ends in (fine-tuned, if it was) and its teacher
             for who in ("fine-tuned", "distilled"):
                 result.student_report = result.student_report or report(stage_run, f"evaluation/reports/{who}.json")
@@ -144,14 +150,18 @@ TEACHER = "teacher"
 
 
 def columns(results: list[RunResult]) -> list[RunResult]:
-    """The policies compared, at the last stage every run reached: the depth students, after a "teacher" column
-    (the first run's teacher on the students' trials), when every run trained one; else the teachers."""
-    if not results or not all(r.student_report for r in results):
+    """The policies compared, at the last stage every run reached: the deployable files (the final evaluation:
+    terrain and courses), or else the depth students, after a "teacher" column (the first run's teacher on the
+    same trials) when every run got that far; else the locomotion teachers."""
+    if not results:
         return results
     first = results[0]
-    teacher = RunResult(first.run_id, TEACHER, first.profile, first.mlflow_run, first.student_teacher_report)
-    students = [RunResult(r.run_id, r.label, r.profile, r.mlflow_run, r.student_report, r.curves) for r in results]
-    return [teacher, *students]
+    for final, its_teacher in (("final_report", "final_teacher_report"), ("student_report", "student_teacher_report")):
+        if all(getattr(r, final) for r in results):
+            teacher = RunResult(first.run_id, TEACHER, first.profile, first.mlflow_run, getattr(first, its_teacher))
+            rows = [RunResult(r.run_id, r.label, r.profile, r.mlflow_run, getattr(r, final), r.curves) for r in results]
+            return [teacher, *rows] if teacher.report else rows
+    return results
 
 
 def table(results: list[RunResult], paper: dict) -> tuple[list[str], list[list[str]]]:
@@ -307,10 +317,12 @@ def write_report(results: list[RunResult], out: Path, paper: dict | None = None)
     out.mkdir(parents=True, exist_ok=True)
     runs = ", ".join(f"{r.run_id} ({r.label}, profile {r.profile})" for r in results)
     title = "LLP comparison: " + " vs ".join(dict.fromkeys(r.label for r in results))
+    what = ("deployable policies (closed loop)" if all(r.final_report for r in results) else
+            "depth students" if all(r.student_report for r in results) else "teachers")  # fmt: skip
     results = columns(results)
     head, rows = table(results, paper)
     phead, prows = paper_table(paper)
-    compared = "depth students, beside their teacher on the same trials" if results[0].label == TEACHER else "teachers"
+    compared = f"{what}, beside their teacher on the same trials" if results[0].label == TEACHER else what
     summary = (f"Runs: {runs}. Compared: the {compared} (the last stage every run reached). Cells: success with "
                "the 95% Wilson interval of the run's trials; columns of several runs (seeds): the mean over runs "
                "and its standard deviation.")  # fmt: skip

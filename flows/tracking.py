@@ -289,7 +289,12 @@ def load_policy(uri: str):
 
 def download_policy(uri: str) -> tuple[bytes, dict]:
     """A registered policy as (its torch.export program's bytes, its policy spec): what Ray workers load
-    with ``llp.learn.export.load_pt2`` (the loaded module itself does not pickle)."""
+    with ``llp.learn.export.load_program`` (the loaded module itself does not pickle). For the deployable files
+    (a dataset holding ``policy.onnx`` and ``policy.json``): the ONNX file's bytes and the spec in policy.json,
+    marked ``format: onnx``, so the policy runs closed loop exactly as exported."""
+    name, version = parse_model_uri(resolve_model_uri(uri))
+    if MlflowClient().get_model_version(name, version).tags.get("llp.kind") == "dataset":
+        return _download_deployable(uri)
     meta = mlflow.models.get_model_info(uri).metadata or {}
     if "llp_policy_spec" not in meta:
         raise ValueError(f"{uri} has no llp_policy_spec metadata: not a policy registered by this platform")
@@ -300,6 +305,20 @@ def download_policy(uri: str) -> tuple[bytes, dict]:
         if len(programs) != 1:
             raise ValueError(f"{uri}: expected one pt2 program in the model, found {len(programs)}")
         return programs[0].read_bytes(), dict(meta["llp_policy_spec"])
+
+
+def _download_deployable(uri: str) -> tuple[bytes, dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        local = download_dataset(uri, Path(tmp))
+        onnx, meta = next(local.rglob("policy.onnx"), None), next(local.rglob("policy.json"), None)
+        if onnx is None or meta is None:
+            have = sorted(p.name for p in local.rglob("*") if p.is_file())
+            raise ValueError(f"{uri} is a dataset without policy.onnx and policy.json (it holds {have}): not a "
+                             "deployable policy")  # fmt: skip
+        spec = json.loads(meta.read_text()).get("spec")
+        if not isinstance(spec, dict):
+            raise ValueError(f"{uri}: policy.json has no 'spec' object (the observation layout, joints, camera)")
+        return onnx.read_bytes(), {**spec, "format": "onnx"}
 
 
 def version_tags(uri: str) -> dict[str, str]:

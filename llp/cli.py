@@ -403,7 +403,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from llp.stages.registry import stage_config
 
     cfg = _load(args)
-    eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
+    # the protocol of the pipeline's final evaluation (terrain and courses), else the teacher's (terrain)
+    if "evaluate_final" in cfg.stages:
+        eval_cfg = stage_config(cfg, "evaluate_final").protocol
+    else:
+        eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
     if args.trials is not None:
         if args.trials < 1:
             print("llp: --trials must be >= 1", file=sys.stderr)
@@ -815,7 +819,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         required=True,
         help="models:/NAME/VERSION, models:/NAME/latest, models:/NAME@ALIAS, or stand-still (the trivial baseline: "
-        "zero actions, the default pose held by PD, on the same trials)",
+        "zero actions, the default pose held by PD, on the same trials). The deployable policy "
+        "(llp-deployable-policy) runs its ONNX file in closed loop, as a robot would",
     )
     q.add_argument("--trials", type=int, help="trials per setting (default: the profile's stages.evaluate.trials)")
     q.add_argument("--seed", type=int, default=12345, help="seed of the trial plan")

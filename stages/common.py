@@ -18,6 +18,35 @@ def checked_env_config(task: str, robot: str, overrides: dict[str, Any], path: s
         raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
 
 
+def transition_course() -> dict[str, Any]:
+    """Overrides of the locomotion task that make the transition course (LLP stage 5): an approach, the skill's
+    box (the library's: 0.6 m deep, 1.2 m wide) at the library's heights, the goal 0.4 m onto it, and a start
+    curriculum from exactly the skill's start (0.45 m before the box's front, 2.5 m from the spawn) back to the
+    spawn, in small steps near the box. The transition trains on it; the depth student and the final
+    evaluation use it too."""
+    return {
+        "terrain": {
+            "tile_types": ["climb"],
+            "climb_heights": [0.275, 0.30],
+            "num_levels": 2,
+            "platform_depth": 0.6,
+            "platform_goal": 0.4,
+            "obstacle_width": 1.2,
+        },
+        "observations": {
+            "policy": ["proprio", "command", "height_scan"],
+            "critic": ["proprio", "command", "height_scan"],
+            "amp": ["amp_features", "progress"],
+        },
+        "rewards": {"feet_phase": {"weight": 0.0}, "goal_reached": {"weight": 10.0}, "goal_approach": {"weight": 1.0}},
+        "randomization": {
+            "goal_start_curriculum": True,
+            "goal_starts": [[2.04, 2.06], [1.98, 2.06], [1.9, 2.06], [1.8, 2.0], [1.65, 1.85], [1.45, 1.7]]
+            + [[1.2, 1.5], [0.8, 1.2], [0.4, 0.8], [0.0, 0.4], [0.0, 0.0]],
+        },
+    }
+
+
 def check_network_obs(cfg, task: str, produced: dict[str, list[str]], path: str) -> None:
     """Every observation term the stage's actor and critic read is one that task ``task`` produces."""
     for name, refs in (("actor", cfg.actor.obs), ("critic", cfg.critic.obs)):

@@ -1,18 +1,17 @@
-"""LLP stage 6: the depth student.
+"""LLP stage 6: the depth student, the policy the robot runs.
 
-What runs on the robot sees only the chest depth camera, proprioception, the
-velocity command and its gait clock. An MLP -> GRU -> MLP policy learns from
-the upstream height-scan policy by online DAgger (the student drives, the
-teacher labels every state it visits), while a decoder rebuilds the teacher's
-height scan from the GRU state. The images come through the camera model
-(noise, scale, dropouts, 27-33 Hz frames, 30-60 ms late). Then RL fine-tuning:
-PPO under the same observations, from the distilled weights and the critic
-fitted during distillation. The paper: 14,000 distillation + 1,000 fine-tuning
-iterations.
+It sees only the chest depth camera, proprioception and the velocity command (the paper's deployed inputs),
+and drives every joint its teacher drives. Its teacher is the transition policy of stage 5 (any upstream
+height-scan policy: ``teacher``), which walks and climbs. The envs come in the transition stage's groups: the
+terrain of stage 1 and the transition course (an approach, the skill's box, the goal on top, starts spread
+from the spawn to the skill's start), every env through the camera model (noise, scale, dropouts, 27-33 Hz
+frames 30-60 ms late). An MLP -> GRU -> MLP policy learns by online DAgger (the student drives, the teacher
+labels every state it visits) while a decoder rebuilds the teacher's height scan from the GRU state; then RL
+fine-tuning: PPO over every group under the same observations, from the distilled weights and the critic
+fitted during distillation. The paper: 14,000 distillation + 1,000 fine-tuning iterations.
 
-Both the distilled and the fine-tuned student are registered, and both are
-evaluated with the evaluation protocol beside their teacher, on the same
-fresh trials.
+Both the distilled and the fine-tuned student are registered, and both are evaluated with the evaluation
+protocol (terrain and the course from its approach) beside their teacher, on the same fresh trials.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
-from llp.stages.common import check_network_obs, checked_env_config, deployment_fields
+from llp.stages.common import check_network_obs, checked_env_config, deployment_fields, transition_course
 from llp.stages.evaluate import EvaluateConfig
 
 DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distilled student, for a resumed stage
@@ -30,7 +29,7 @@ DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distill
 
 def _actor() -> ActorConfig:
     return ActorConfig(
-        obs=["policy/proprio", "policy/command", "policy/gait_clock", "depth/depth"],
+        obs=["policy/proprio", "policy/command", "depth/depth"],
         encoder_dims=[256, 128],
         gru_hidden=256,
         hidden_dims=[256, 128],
@@ -52,22 +51,44 @@ def _finetune() -> PPOConfig:
 
 
 def _env() -> dict[str, Any]:
-    return {"observations": {"depth": ["depth"]}, "camera_model": {"perfect": False}}
+    # no gait clock reward: the student reads no clock (its teacher, the transition policy, reads none either)
+    return {"observations": {"depth": ["depth"]}, "camera_model": {"perfect": False},
+            "rewards": {"feet_phase": {"weight": 0.0}}}  # fmt: skip
+
+
+def _course_env() -> dict[str, Any]:
+    course = transition_course()
+    course.pop("observations")  # the task's own terms (the critic's privileged ones among them), and the depth group
+    # no start curriculum (DAgger labels every state the student visits): a quarter of the episodes from the spawn
+    # (the whole approach), the rest spread towards the skill's start (0.45 m before the box, 2.05 m on)
+    course["randomization"] = {"goal_starts": [[0.0, 0.0], [0.0, 1.0], [1.0, 1.8], [1.8, 2.1]]}
+    return course
 
 
 def _evaluation() -> EvaluateConfig:
-    return EvaluateConfig(video_seconds=0.0, retries=0)
+    course = transition_course()
+    course["randomization"].pop("goal_start_curriculum")
+    return EvaluateConfig(video_seconds=0.0, retries=0, courses={"course": [0.0, 0.0]}, course_env=course)
 
 
 @dataclass(kw_only=True)
 class DepthStudentConfig:
     """The student's networks, its teacher, camera and the two phases' budgets."""
 
-    teacher: str = field(default="locomotion_teacher", doc="Upstream stage whose 'policy' labels the states.")
+    teacher: str = field(
+        default="transition", doc="Upstream stage whose 'policy' labels the states (a height-scan policy)."
+    )
     task: str = field(default="locomotion", doc="Task config (conf/task/); the teacher's task.")
     robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(
-        default_factory=_env, doc="Overrides of the task config: the depth group and the camera model (validated)."
+        default_factory=_env,
+        doc="Overrides of the task for every group: the depth group and the camera model (validated). The terrain "
+        "group is the task with these.",
+    )
+    course_env: dict[str, Any] = field(
+        default_factory=_course_env,
+        doc="Further overrides for the course group (the transition course, its starts spread over the approach); "
+        "{}: no course group, the terrain only.",
     )
     envs_per_actor: int = field(default=32, doc="Envs in each simulator actor (every one renders depth).")
     distill_iterations: int = field(default=14000, doc="DAgger iterations (the paper: 14,000).")
@@ -106,6 +127,12 @@ class DepthStudentConfig:
         env = checked_env_config(self.task, self.robot, self.env, path)
         produced = {group: list(terms) for group, terms in env.observations.items()}
         check_network_obs(self, self.task, produced, path)
+        if self.course_env:
+            course = checked_env_config(self.task, self.robot, self.group_overrides("course"), f"{path}.course_env")
+            check(course.terrain.tile_types == ["climb"], f"{path}.course_env.terrain.tile_types",
+                  "the course takes an approach into the climb: [climb]")  # fmt: skip
+            check(course.observations == env.observations, f"{path}.course_env.observations",
+                  "every group gives the same terms (set them in env)")  # fmt: skip
         if self.actor.reconstruct:
             group, _, term = self.actor.reconstruct.partition("/")
             check(
@@ -114,16 +141,28 @@ class DepthStudentConfig:
                 f"{self.actor.reconstruct!r} is not an observation of task {self.task!r} (it gives {produced})",
             )
 
+    def group_overrides(self, group: str) -> dict[str, Any]:
+        """The task overrides of env group ``group`` ('terrain' or 'course')."""
+        from llp.config.schema import merge
 
-def student_env(cfg: DepthStudentConfig, teacher_spec: dict):
-    """The training env: the task with the stage's overrides, driving the joints the teacher drives; raises
-    ValueError when the env does not give a term the teacher reads."""
+        return self.env if group == "terrain" else merge(self.env, self.course_env)
+
+    @property
+    def groups(self) -> list[str]:
+        return ["terrain", "course"] if self.course_env else ["terrain"]
+
+
+def student_env(cfg: DepthStudentConfig, teacher_spec: dict, group: str = "terrain"):
+    """The training env of ``group``: the task with the stage's overrides, driving the joints the teacher drives;
+    raises ValueError when the env does not give a term the teacher reads."""
     import re
 
     from llp.config.schema import merge
 
     joints = teacher_spec.get("action_joints")
-    overrides = merge(cfg.env, {"robot": {"policy_joints": [re.escape(j) for j in joints]}}) if joints else cfg.env
+    overrides = cfg.group_overrides(group)
+    if joints:
+        overrides = merge(overrides, {"robot": {"policy_joints": [re.escape(j) for j in joints]}})
     env_cfg = checked_env_config(cfg.task, cfg.robot, overrides, "env")
     for ref in teacher_spec["obs"]:
         group, _, term = ref.partition("/")
@@ -138,17 +177,25 @@ def student_env(cfg: DepthStudentConfig, teacher_spec: dict):
 def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
     """Distil, fine-tune, evaluate; returns {'policy': fine-tuned, 'distilled': before fine-tuning}."""
     from llp.actors.pool import TrainingPool
-    from llp.learn.spec import TeacherSpec, TrainSpec
+    from llp.learn.spec import EnvGroup, TeacherSpec, TrainSpec
 
     teacher = ctx.frozen_policy(inputs["policy"])
-    env_cfg = student_env(cfg, teacher.spec)
+    envs = {group: student_env(cfg, teacher.spec, group) for group in cfg.groups}
+    env_cfg = envs["terrain"]
+    print(f"[llp] {ctx.stage}: learns from {teacher.uri} in groups {list(envs)}, every env through the "
+          f"{'perfect camera' if env_cfg.camera_model.perfect else 'camera model'}", flush=True)  # fmt: skip
     ctx.init_ray()
 
-    spec = TrainSpec(env=env_cfg, envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor,
-                     critic=cfg.critic, ppo=cfg.distill, teachers=[TeacherSpec(teacher)])  # fmt: skip
+    common = dict(envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor, critic=cfg.critic, ppo=cfg.distill)
+    if len(envs) > 1:  # each simulator actor hosts one group, labelled by the same teacher
+        groups = [EnvGroup(group, env, [TeacherSpec(teacher)]) for group, env in envs.items()]
+        spec = TrainSpec(env=env_cfg, groups=groups, **common)
+        resources = ctx.resources.for_groups(len(groups))
+    else:
+        spec, resources = TrainSpec(env=env_cfg, teachers=[TeacherSpec(teacher)], **common), ctx.resources
     total = cfg.distill_iterations + cfg.finetune_iterations
     # one pool for both phases: fine-tuning changes the learning rule only (the teacher's labels go unused)
-    pool = TrainingPool(ctx.resources, spec)
+    pool = TrainingPool(resources, spec)
     distilled_uri = None
     try:
         start, history = ctx.restore_checkpoint(pool)
@@ -162,7 +209,8 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
                 pool.set_rule(cfg.finetune)
             metrics = pool.iteration()
             metrics["phase/finetune"] = float(it >= cfg.distill_iterations)
-            history.append({k: metrics[k] for k in ("episode/return", "episode/length", "loss/dagger") if k in metrics})
+            keys = ("episode/return", "episode/length", "loss/dagger", *(f"group/{g}/episode/length" for g in envs))
+            history.append({k: metrics[k] for k in keys if k in metrics})
             ctx.log_iteration(metrics, step=it)
             progress.update(it, metrics)
             if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == total:

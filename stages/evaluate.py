@@ -47,6 +47,18 @@ class EvaluateConfig:
     video_seconds: float = field(
         default=4.0, doc="A clip this long per tile type goes to the stage's MLflow run (evaluation/videos/); 0: none."
     )
+    courses: dict[str, list[float]] = field(
+        default_factory=dict,
+        doc="Course settings beside the terrain's: report label -> [lo, hi], where the trials start (metres from "
+        "the course tile's spawn; [0, 0]: the whole approach). Each label is a setting per climb height of "
+        "course_env, transition_trials trials each; e.g. course: [0, 0] (the approach into the skill, the paper's "
+        "course) and climb: [1.95, 2.15] (the skill from where its motion starts). {}: terrain only.",
+    )
+    course_env: dict[str, Any] = field(
+        default_factory=dict,
+        doc="Overrides of the task for the course settings: the transition stage's course (climb tiles, the goal "
+        "on the box, its commands and randomization), without its start curriculum.",
+    )
     retries: int = field(default=1, doc="Prefect retries of this stage.")
 
     def validate(self, path: str) -> None:
@@ -65,6 +77,21 @@ class EvaluateConfig:
         )
         for i, t in enumerate(self.traverse_types):
             check(t in env.terrain.tile_types, f"{path}.traverse_types[{i}]", f"{t!r} is not a tile type of the task")
+        for label, start in self.courses.items():
+            where = f"{path}.courses.{label}"
+            check(len(start) == 2 and 0 <= start[0] <= start[1], where, f"{start}: need [lo, hi] with 0 <= lo <= hi")
+            course = self.course_config(label, path)
+            check(course.terrain.tile_types == ["climb"], f"{path}.course_env.terrain.tile_types",
+                  "a course takes an approach into the climb: [climb]")  # fmt: skip
+            far = course.terrain.approach_length
+            check(start[1] < far, where, f"{start}: must start before the box ({far} m from the spawn)")
+
+    def course_config(self, label: str, path: str = "env"):
+        """The protocol for course setting ``label``: the course's tiles, every trial from its start range."""
+        from dataclasses import replace
+
+        env = course_trials_env(self.course_env, tuple(self.courses[label]))
+        return replace(self, env=env, traverse_types=[], courses={}).env_config(f"{path}.course_env")
 
     def env_config(self, path: str = "env", action_joints: list[str] | None = None, policy_spec: dict | None = None):
         """The task's env for evaluation: every difficulty present, curriculum frozen, no pushes, commands held
@@ -109,19 +136,59 @@ def _policy_needs(observations: dict[str, list[str]], spec: dict) -> dict:
     return out
 
 
+def course_trials_env(course_env: dict[str, Any], start: tuple[float, float]) -> dict[str, Any]:
+    """Overrides for trials on a course a policy trained on: its tiles, its commands (the goal's pace) and its
+    randomization, every trial from ``start`` (no start curriculum)."""
+    randomization = {k: v for k, v in course_env.get("randomization", {}).items() if k != "goal_start_curriculum"}
+    env = {"terrain": course_env.get("terrain", {}), "randomization": {**randomization, "goal_starts": [list(start)]}}
+    if "commands" in course_env:
+        env["commands"] = course_env["commands"]
+    return env
+
+
 STAND_STILL = "baseline:stand-still"
 
 
 def evaluate_policy(policy, cfg: EvaluateConfig, resources, seed: int, on_progress=None) -> dict:
     """Evaluate ``policy`` (a ``FrozenPolicy``, or None for the stand-still baseline) on fresh trials spread
-    over the Ray pool (which the caller has started); returns the report. The same seed gives the same trials,
+    over the Ray pool (which the caller has started); returns the report: the terrain's settings, then each
+    course's (``cfg.courses``), every setting on trials of its own seed. The same seed gives the same trials,
     whatever the policy."""
+    from dataclasses import replace
+
+    report = _evaluate_part(policy, replace(cfg, courses={}), resources, seed, on_progress)
+    if not cfg.courses:
+        return report
+    from llp.evaluation.protocol import Setting, TrialRecord, summarize
+
+    settings = [Setting(**{k: r[k] for k in Setting.__dataclass_fields__}) for r in report["settings"]]
+    records = [TrialRecord(**r) for r in report["records"]]
+    for k, label in enumerate(cfg.courses):
+        course = replace(cfg, env=course_trials_env(cfg.course_env, tuple(cfg.courses[label])), traverse_types=[],
+                         courses={}, trials=cfg.transition_trials)  # fmt: skip
+        part = _evaluate_part(policy, course, resources, seed + 7919 * (k + 1), on_progress)
+        offset_setting, offset_trial = len(settings), len(records)
+        settings += [Setting(**{**{f: r[f] for f in Setting.__dataclass_fields__}, "tile_type": label})
+                     for r in part["settings"]]  # fmt: skip
+        records += [TrialRecord(**{**r, "index": r["index"] + offset_trial, "setting": r["setting"] + offset_setting})
+                    for r in part["records"]]  # fmt: skip
+    combined = summarize(settings, records)
+    combined.update({k: v for k, v in report.items() if k not in combined and k != "records"})
+    combined["records"] = [r.to_dict() for r in records]
+    combined["courses"] = {label: list(start) for label, start in cfg.courses.items()}
+    return combined
+
+
+def _evaluate_part(policy, cfg: EvaluateConfig, resources, seed: int, on_progress=None) -> dict:
     from llp.actors.evaluator import evaluate_on_pool
     from llp.evaluation.protocol import plan_trials, settings_for, summarize
     from llp.evaluation.trials import TrialRules
 
     uri, program, spec = (STAND_STILL, None, None) if policy is None else (policy.uri, policy.program, policy.spec)
     env_cfg = cfg.env_config(action_joints=None if spec is None else spec.get("action_joints"), policy_spec=spec)
+    if spec is not None and abs(float(spec.get("policy_dt", env_cfg.policy_dt)) - env_cfg.policy_dt) > 1e-9:
+        raise ValueError(f"{uri} acts every {spec['policy_dt']} s, the task's control step is {env_cfg.policy_dt} s: "
+                         "a policy is evaluated at its own control rate")  # fmt: skip
     sigma = (
         env_cfg.rewards["lin_vel_tracking"].params.get("sigma", 0.25) if "lin_vel_tracking" in env_cfg.rewards else 0.25
     )

@@ -10,6 +10,7 @@ from llp.config.schema import build, check
 from llp.stages import (
     depth_student,
     evaluate,
+    evaluate_final,
     export,
     locomotion_teacher,
     merge,
@@ -122,6 +123,17 @@ STAGES: dict[str, StageSpec] = {
         outputs={"deployable": "llp-deployable-policy"},
         description="The deployable policy: ONNX and TorchScript with the GRU state as input and output, checked "
         "against the registered policy on recorded observations, timed on one CPU thread, with its metadata.",
+    ),
+    "evaluate_final": StageSpec(
+        name="evaluate_final",
+        config=evaluate_final.FinalEvaluationConfig,
+        run=evaluate_final.run,
+        inputs=lambda cfg: cfg.inputs(),
+        outputs={},
+        description="LLP stage 7 on the final policies: the depth student's teacher (the transition policy), the "
+        "depth student and the deployable files (ONNX, closed loop) beside standing still, on the same trials: "
+        "terrain, the course from its approach and the climb from the skill's start at every height the library "
+        "reached; the deployable checked against the student.",
     ),
 }
 

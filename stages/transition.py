@@ -22,8 +22,8 @@ from typing import Any
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
 from llp.motion.walking_states import WalkingStatesConfig
-from llp.stages.common import checked_env_config
-from llp.stages.evaluate import EvaluateConfig
+from llp.stages.common import checked_env_config, transition_course
+from llp.stages.evaluate import EvaluateConfig, course_trials_env
 from llp.stages.merge import STUDENT_OBS
 
 CRITIC_OBS = ["critic/proprio", "critic/command", "critic/height_scan", "group/onehot"]
@@ -39,47 +39,10 @@ EVALUATION_STARTS = {
 }
 
 
-def course_trials_env(course_env: dict[str, Any], start: tuple[float, float]) -> dict[str, Any]:
-    """Overrides for trials on the course the policy trained on: its tiles, its commands (the goal's pace) and its
-    randomization, every trial from ``start`` (no start curriculum)."""
-    randomization = {k: v for k, v in course_env.get("randomization", {}).items() if k != "goal_start_curriculum"}
-    env = {"terrain": course_env.get("terrain", {}), "randomization": {**randomization, "goal_starts": [list(start)]}}
-    if "commands" in course_env:
-        env["commands"] = course_env["commands"]
-    return env
-
-
 def evaluation_start(name: str, approach_length: float) -> tuple[float, float]:
     """The ``goal_starts`` range (metres from the spawn) of the course evaluation ``name``."""
     offset = EVALUATION_STARTS[name]
     return (0.0, 0.0) if offset is None else (approach_length + offset[0], approach_length + offset[1])
-
-
-def _course_env() -> dict[str, Any]:
-    return {
-        # the skill's own box (the library's: 0.6 m deep, 1.2 m wide), the goal 0.4 m onto it
-        "terrain": {
-            "tile_types": ["climb"],
-            "climb_heights": [0.275, 0.30],
-            "num_levels": 2,
-            "platform_depth": 0.6,
-            "platform_goal": 0.4,
-            "obstacle_width": 1.2,
-        },
-        "observations": {
-            "policy": ["proprio", "command", "height_scan"],
-            "critic": ["proprio", "command", "height_scan"],
-            "amp": ["amp_features", "progress"],
-        },
-        "rewards": {"feet_phase": {"weight": 0.0}, "goal_reached": {"weight": 10.0}, "goal_approach": {"weight": 1.0}},
-        # LLP: episodes start before and at the obstacle; a start curriculum from exactly the skill's start (0.45 m
-        # before the box's front, 2.5 m from the spawn) back to the spawn, in small steps near the box
-        "randomization": {
-            "goal_start_curriculum": True,
-            "goal_starts": [[2.04, 2.06], [1.98, 2.06], [1.9, 2.06], [1.8, 2.0], [1.65, 1.85], [1.45, 1.7]]
-            + [[1.2, 1.5], [0.8, 1.2], [0.4, 0.8], [0.0, 0.4], [0.0, 0.0]],
-        },
-    }
 
 
 def _skill_env() -> dict[str, Any]:
@@ -130,7 +93,7 @@ class TransitionConfig:
     robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task for the terrain group.")
     course_env: dict[str, Any] = field(
-        default_factory=_course_env, doc="Overrides of the task for the course group: its tiles, terms, rewards."
+        default_factory=transition_course, doc="Overrides of the task for the course group: its tiles, terms, rewards."
     )
     skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
     skill_env: dict[str, Any] = field(default_factory=_skill_env, doc="Overrides of the skill task (as the merge's).")

@@ -79,7 +79,7 @@ def test_bad_sweeps_are_refused_before_anything_starts(tmp_path, llp):
     root = tmp_path / "runs"
     cases = [
         (["ablate", "--run-root", str(root)], "name at least one ablation"),
-        (["ablate", "no_amp", "--run-root", str(root)], "no ablation named 'no_amp' (transition training without"),
+        (["ablate", "single_reference", "--run-root", str(root)], "no ablation named 'single_reference' (skills"),
         (["ablate", "paper_rewards", "--seeds", "0", "--run-root", str(root)], "--seeds 0: must be >= 1"),
         (["ablate", "no_gru", "--from-stage", "nope", "--run-root", str(root)], "--from-stage 'nope': not a stage"),
         (["ablate", "no_gru", "--from-stage", "export", "--until-stage", "depth_student", "--run-root", str(root)],
@@ -122,3 +122,49 @@ def test_compare_puts_depth_students_beside_their_teacher_only_when_every_run_tr
     write_report([run("a", "baseline", 0.6), run("c", "paper_rewards")], tmp_path / "teachers")
     md = (tmp_path / "teachers" / "report.md").read_text()
     assert "| setting | baseline | paper_rewards | paper (reported) |" in md and "Compared: the teachers" in md
+
+
+def test_compare_shows_the_deployable_policies_on_the_course_beside_the_papers_transition_ablations(tmp_path):
+    from llp.flows.compare import RunResult, write_report
+
+    def course(model: str, rate: float) -> dict:
+        report = _report(model, rate)
+        report["settings"] = [{**report["settings"][0], "tile_type": "course", "difficulty": "27.5 cm"}]
+        return report
+
+    def run(run_id, label, deployable_rate=None):
+        r = RunResult(run_id, label, "local", "m-" + run_id, _report(f"models:/teacher-of-{run_id}/1", 0.9))
+        r.student_report = _report(f"models:/student-of-{run_id}/1", 0.5)
+        if deployable_rate is not None:
+            r.final_report = course(f"models:/llp-deployable-policy/{run_id}", deployable_rate)
+            r.final_teacher_report = course(f"models:/llp-transition-policy/{run_id}", 0.7)
+        return r
+
+    runs = [run("a", "baseline", 0.6), run("b", "no_amp", 0.4), run("c", "no_transition", 0.2)]
+    write_report(runs, tmp_path / "final")
+    md = (tmp_path / "final" / "report.md").read_text()
+    assert "| setting | teacher | baseline | no_amp | no_transition | paper (reported) |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| course 27.5 cm |"))
+    assert "70.0% [35-85] n=20 | 60.0% [30-80] n=20 | 40.0% [20-70] n=20 | 20.0% [10-60] n=20" in row
+    assert "full 98.0%, no amp 51.0%, rough walking and isolated skills 33.0%" in row
+    assert "Compared: the deployable policies (closed loop), beside their teacher" in md
+    # a run that stopped before the final evaluation: the depth students are what every run has
+    write_report([run("a", "baseline", 0.6), run("d", "no_gru")], tmp_path / "students")
+    assert "Compared: the depth students" in (tmp_path / "students" / "report.md").read_text()
+
+
+def test_the_transition_ablations_change_only_what_they_name():
+    """The paper's transition ablations: no_amp drops the style reward of the transition stage alone; no_transition
+    hands the merged student to the depth student (and the final evaluation judges it as the teacher)."""
+    from llp.config.ablation import load_ablation
+    from llp.config.pipeline import resolved
+    from llp.stages.registry import STAGES, load_pipeline, stage_config
+
+    base = resolved(load_pipeline("local"))["stages"]
+    for name, changed in (("no_amp", {"transition"}), ("no_transition", {"depth_student", "evaluate_final"})):
+        varied = load_pipeline("local", load_ablation(name).sets)
+        assert {s for s in base if base[s] != resolved(varied)["stages"][s]} == changed, name
+    assert stage_config(load_pipeline("local", load_ablation("no_amp").sets), "transition").amp.style_coef == 0.0
+    isolated = load_pipeline("local", load_ablation("no_transition").sets)
+    assert STAGES["depth_student"].inputs(stage_config(isolated, "depth_student")) == {"policy": "merge"}
+    assert stage_config(isolated, "evaluate_final").inputs()["teacher"] == "merge.policy"

@@ -147,7 +147,7 @@ def cli_cases(tmp):
         (["run", *SMOKE, *runs, "--from-stage", "evaluate", "--until-stage", "locomotion_teacher"], "selects no stage"),
         (["run", "--profile", "nosuch", *runs], "no profile named 'nosuch'"),
         (["bench", "learner", "--device", "tpu"], "--device tpu: choose cpu, or cuda"),
-        (["run", *SMOKE, *runs, "--ablation", "no_amp"], "no ablation named 'no_amp' (transition training without"),
+        (["run", *SMOKE, *runs, "--ablation", "single_reference"], "no ablation named 'single_reference' (skills"),
         (["run", *SMOKE, *runs, "--set", "nokey=1"], "nokey: unknown key"),
         (["run", *SMOKE, *runs, "--set", f"{T}.iterations"], "--set expects key.path=value"),
         (["run", *SMOKE, *runs, "--set", f"{T}.iterations=-5"], f"{T}.iterations: must be >= 1"),

@@ -210,3 +210,39 @@ def test_the_export_has_no_decoder_and_onnx_and_torchscript_act_as_the_pytorch_p
     assert stored <= deployed + 64 and stored < deployed + decoder
     timing = D.step_time_ms(D.onnx_step(D.onnx_session(onnx_path), spec), spec, calls=200)
     assert 0 < timing["median_ms"] <= timing["p99_ms"]
+
+
+def test_the_onnx_file_drives_the_env_in_closed_loop_as_the_registered_student(tmp_path):
+    """``OnnxPolicy`` (what `llp evaluate` runs for llp-deployable-policy) builds each frame from the spec's layout
+    alone and carries frames and GRU state itself: driving the env, it takes the same actions as the registered
+    torch program, step by step, through a reset; a layout that disagrees with the env is refused by name."""
+    from llp.learn import deployable as D
+    from llp.learn.export import load_program
+    from llp.sim.env import ParkourEnv
+
+    _, _, policy, spec, env_cfg = _registered_student(tmp_path)
+    onnx_path = D.to_onnx(D.PolicyStep(policy.module, spec), tmp_path / "policy.onnx")
+    onnx_policy = load_program(onnx_path.read_bytes(), {**spec.to_dict(), "format": "onnx"})
+    assert isinstance(onnx_policy, D.OnnxPolicy)
+    envs = [ParkourEnv(env_cfg, 3, seed=5) for _ in range(2)]
+    obs = [e.reset() for e in envs]
+    memory = [p.initial_memory(3) for p in (policy, onnx_policy)]
+    worst = 0.0
+    with torch.no_grad():
+        for t in range(40):
+            steps = [p.step(p.observe(o), m) for p, o, m in zip((policy, onnx_policy), obs, memory)]
+            worst = max(worst, float((steps[0][0] - steps[1][0]).abs().max()))
+            done = torch.zeros(3, dtype=torch.bool)
+            done[1] = t == 15  # one env starts afresh mid-way, as after a fall
+            results = [e.step(s[0]) for e, s in zip(envs, steps)]
+            memory = [s[1].reset(done | r.terminated | r.truncated) for s, r in zip(steps, results)]
+            obs = [r.obs for r in results]
+    assert worst < 1e-4
+    bad = {**spec.to_dict(), "format": "onnx", "obs_layout": [[r, w + 1] for r, w in spec.obs_layout]}
+    with pytest.raises(ValueError, match="obs_layout adds up to"):
+        D.OnnxPolicy(onnx_path.read_bytes(), bad)
+    first = spec.obs_layout[0]
+    shifted = [[first[0], first[1] + 1], [spec.obs_layout[1][0], spec.obs_layout[1][1] - 1], *spec.obs_layout[2:]]
+    wrong = D.OnnxPolicy(onnx_path.read_bytes(), {**spec.to_dict(), "format": "onnx", "obs_layout": shifted})
+    with pytest.raises(ValueError, match=f"{first[0]} is {first[1]} wide, policy.json's obs_layout says"):
+        wrong.observe(envs[0].reset())

@@ -201,3 +201,30 @@ def test_a_trial_ends_the_same_whichever_waves_its_env_ran_before():
         env.assign_tiles(np.arange(2), np.array([1, 1]), np.array([1, 1]))
         frames.append(env.observe()["depth"]["depth"].clone())
     assert torch.equal(frames[0], frames[1])
+
+
+def test_a_policy_is_evaluated_at_its_own_control_rate_or_not_at_all():
+    from llp.learn.spec import FrozenPolicy
+    from llp.stages.evaluate import EvaluateConfig, evaluate_policy
+
+    spec = {"obs": ["policy/proprio"], "obs_dim": 1, "num_frames": 1, "num_actions": 21, "policy_dt": 0.01}
+    with pytest.raises(ValueError, match="acts every 0.01 s, the task's control step is 0.02 s"):
+        evaluate_policy(FrozenPolicy("models:/fast/1", b"", spec), EvaluateConfig(), resources=None, seed=0)
+
+
+def test_course_settings_are_labelled_and_placed_as_configured():
+    from llp.config.schema import ConfigError, build
+    from llp.stages.evaluate_final import FinalEvaluationConfig, with_heights
+
+    cfg = build(FinalEvaluationConfig, {}, "stages.evaluate_final")
+    protocol = with_heights(cfg.protocol, [0.275, 0.30, 0.325])
+    course = protocol.course_config("course")
+    assert course.terrain.climb_heights == [0.275, 0.30, 0.325] and course.randomization.goal_starts == [(0.0, 0.0)]
+    settings = settings_for(course.terrain, 4, 7, [])
+    assert [(s.tile_type, s.difficulty, s.trials) for s in settings] == [
+        ("climb", "27.5 cm", 4), ("climb", "30 cm", 4), ("climb", "32.5 cm", 4)]  # fmt: skip
+    assert protocol.course_config("climb").randomization.goal_starts == [(1.95, 2.15)]
+    from llp.stages.registry import load_pipeline
+
+    with pytest.raises(ConfigError, match=r"protocol.courses.climb: \[2.4, 2.6\]: must start before the box"):
+        load_pipeline("smoke", ["stages.evaluate_final.protocol.courses.climb=[2.4, 2.6]"])

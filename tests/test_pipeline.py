@@ -42,7 +42,7 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     book = ledger(smoke_run["root"], "e2e")
     assert book["state"] == "completed"
-    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 8
+    assert [s["state"] for s in book["stages"].values()] == ["completed"] * 9
     assert {n: s["executions"] for n, s in book["stages"].items()} == {
         "locomotion_teacher": 1,
         "reference_augmentation": 1,
@@ -52,6 +52,7 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
         "transition": 1,
         "depth_student": 1,
         "export": 1,
+        "evaluate_final": 1,
     }
     client = mlflow_client(services)
     version = client.get_model_version_by_alias("llp-locomotion-teacher", "run-e2e")
@@ -127,17 +128,19 @@ def test_reference_augmentation_registers_a_library_whose_grown_entry_links_to_i
     assert lineage.stdout.strip() == "climb_step_25.r1 (round 1, 27.5 cm) <- climb_step_25.r0 (round 0, 25 cm)"
 
 
-def test_the_depth_student_is_evaluated_beside_its_teacher_and_exported_with_lineage_to_the_first_stage(
+def test_the_depth_student_learns_from_the_transition_policy_and_is_exported_with_lineage_to_the_first_stage(
     services, smoke_run
 ):
-    """The smoke pipeline ends in the deployable policy: the depth student (distilled, then fine-tuned) read its
-    teacher by URI, was evaluated beside it on the same trials, and its ONNX and TorchScript files act as it does
-    and carry the chain of models back to the teacher."""
+    """The smoke pipeline ends in the deployable policy: the depth student (distilled, then fine-tuned) read the
+    transition policy by URI, drives every joint it drives from depth, proprioception and command, trained in the
+    terrain and course groups, was evaluated beside it on the same trials, and its ONNX and TorchScript files act
+    as it does and carry the chain of models back to the first stage."""
     from llp.flows import tracking
 
     client = mlflow_client(services)
     book = ledger(smoke_run["root"], "e2e")
-    teacher = book["stages"]["locomotion_teacher"]["outputs"]["policy"]
+    first = book["stages"]["locomotion_teacher"]["outputs"]["policy"]
+    teacher = book["stages"]["transition"]["outputs"]["policy"]
     student = book["stages"]["depth_student"]["outputs"]
     assert json.loads(tracking.version_tags(student["policy"])["llp.inputs"]) == {"policy": teacher}
     spec = client.get_model_version(*tracking.parse_model_uri(student["policy"]))
@@ -145,11 +148,15 @@ def test_the_depth_student_is_evaluated_beside_its_teacher_and_exported_with_lin
 
     policy_spec = mlflow.models.get_model_info(student["policy"]).metadata["llp_policy_spec"]
     assert spec.tags["llp.stage"] == "depth_student" and policy_spec["recurrent"] is True
-    assert "depth/depth" in policy_spec["obs"] and "policy/height_scan" not in policy_spec["obs"]
+    assert policy_spec["obs"] == ["policy/proprio", "policy/command", "depth/depth"]  # the paper's deployed inputs
+    assert policy_spec["num_actions"] == 21 == len(policy_spec["action_joints"])  # every joint, as its teacher
     assert policy_spec["camera"]["camera_model"]["perfect"] is False and len(policy_spec["pd_gains"]["kp"]) == 21
     run = client.get_run(book["stages"]["depth_student"]["mlflow_run"])
     trials = {who: run.data.metrics[f"eval/{who}/success_rate"] for who in ("teacher", "distilled", "fine-tuned")}
     assert all(0.0 <= v <= 1.0 for v in trials.values())
+    assert 0 <= run.data.metrics["eval/fine-tuned/course/success_rate"] <= 1  # the course from its approach
+    for group in ("terrain", "course"):  # both groups rolled out, each labelled by the transition policy
+        assert any(k.startswith(f"group/{group}/") for k in run.data.metrics), sorted(run.data.metrics)
     history = client.get_metric_history(run.info.run_id, "phase/finetune")
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == [0.0, 0.0, 0.0, 1.0, 1.0]  # smoke: 3 + 2
     assert {m.step for m in client.get_metric_history(run.info.run_id, "loss/dagger")} == {0, 1, 2}
@@ -162,7 +169,48 @@ def test_the_depth_student_is_evaluated_beside_its_teacher_and_exported_with_lin
     assert max(info["agreement_max_abs_diff"].values()) < 1e-4
     assert 0 < info["step_time_ms_one_thread"]["onnx"]["median_ms"] < 20
     chain = json.loads(tracking.version_tags(deployable)["llp.lineage"])
-    assert chain == [student["policy"], teacher]
+    assert chain[:2] == [student["policy"], teacher] and first in chain
+
+
+def test_the_final_evaluation_runs_the_deployable_files_in_closed_loop_as_the_torch_student(services, smoke_run, llp):
+    """Stage 7 on what the pipeline makes: the transition policy, the depth student and the deployable ONNX file
+    beside standing still, on the same trials (terrain, the course from its approach and the climb from the
+    skill's start at the library's height); the ONNX file and the torch student end every trial alike, and
+    `llp evaluate` on the deployable runs the same files with the same outcomes."""
+    import mlflow
+
+    from llp.flows.pipeline import stage_seed
+    from llp.stages.registry import load_pipeline
+
+    client = mlflow_client(services)
+    book = ledger(smoke_run["root"], "e2e")
+    outputs = {s: book["stages"][s]["outputs"] for s in ("transition", "depth_student", "export")}
+    run_id = book["stages"]["evaluate_final"]["mlflow_run"]
+    reports = {}
+    for who in ("teacher", "student", "deployable", "stand_still"):
+        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"evaluation/reports/{who}.json",
+                                                   dst_path=str(smoke_run["root"] / "final-reports"))  # fmt: skip
+        reports[who] = json.loads(Path(path).read_text())
+    assert reports["teacher"]["model"] == outputs["transition"]["policy"]
+    assert reports["student"]["model"] == outputs["depth_student"]["policy"]
+    assert reports["deployable"]["model"] == outputs["export"]["deployable"]
+    settings = [(s["tile_type"], s["difficulty"]) for s in reports["deployable"]["settings"]]
+    assert settings[-2:] == [("course", "27.5 cm"), ("climb", "27.5 cm")]  # smoke's library: one round, 27.5 cm
+    assert ("flat", "-") in settings and reports["deployable"]["trials"] == 14 + 2 + 2
+    for who in ("teacher", "student", "stand_still"):  # the same trials for every policy
+        assert [r["seed"] for r in reports[who]["records"]] == [r["seed"] for r in reports["deployable"]["records"]]
+    outcomes = lambda who: [r["outcome"] for r in reports[who]["records"]]  # noqa: E731
+    assert outcomes("deployable") == outcomes("student")
+    assert client.get_run(run_id).data.metrics["eval/deployable_vs_student/same_outcome"] == 1.0
+    # `llp evaluate` on the deployable: the ONNX file closed loop, with the stage's protocol and seed
+    seed = stage_seed(load_pipeline("smoke"), "evaluate_final")
+    common = ["--profile", "smoke", "--set", f"run_root={smoke_run['root']}", "--trials", "2", "--seed", str(seed)]
+    common += ["--set", "stages.evaluate_final.protocol.course_env.terrain.climb_heights=[0.275]", "--json"]
+    result = llp("evaluate", "--model", "models:/llp-deployable-policy@run-e2e", *common, env=services["env"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    again = json.loads(result.stdout.strip().splitlines()[-1])
+    assert again["model"] == outputs["export"]["deployable"]
+    assert [s["outcomes"] for s in again["settings"]] == [s["outcomes"] for s in reports["deployable"]["settings"]]
 
 
 def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(services, smoke_run):
@@ -308,6 +356,7 @@ def test_rerun_of_a_completed_pipeline_executes_nothing(services, smoke_run):
         "transition": ("cached", 0),
         "depth_student": ("cached", 0),
         "export": ("cached", 0),
+        "evaluate_final": ("cached", 0),
     }
     client = mlflow_client(services)
     versions = client.search_model_versions("name='llp-locomotion-teacher'")
@@ -434,9 +483,10 @@ def test_llp_evaluate_reports_one_outcome_per_trial_beside_the_stand_still_basel
     for key in ("trials", "success_rate", "fall_rate", "tracking_kernel", "standing_tracking_kernel", "settings"):
         assert key in report
     assert report["model"].startswith("models:/llp-locomotion-teacher/") and "latest" not in report["model"]
-    assert report["trials"] == 21 == sum(sum(row["outcomes"].values()) for row in report["settings"])
+    # the final evaluation's protocol: 7 terrain settings, and the course and the climb at both of its heights
+    assert report["trials"] == 33 == sum(sum(row["outcomes"].values()) for row in report["settings"])
     assert all(sum(row["outcomes"].values()) == 3 for row in report["settings"])
-    assert "95% CI" in result.stdout and "stairs_up" in result.stdout
+    assert "95% CI" in result.stdout and "stairs_up" in result.stdout and "course" in result.stdout
     baseline = llp("evaluate", "--model", "stand-still", *common, env=env)
     assert baseline.returncode == 0, baseline.stderr[-3000:]
     standing = json.loads(baseline.stdout.strip().splitlines()[-1])

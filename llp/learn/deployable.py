@@ -157,3 +157,60 @@ def step_time_ms(step: StepFn, spec: PolicySpec, calls: int = 2000) -> dict[str,
         _, h = step(obs, h)
         times[k] = time.perf_counter() - t0
     return {"median_ms": float(np.median(times) * 1e3), "p99_ms": float(np.percentile(times, 99) * 1e3)}
+
+
+class OnnxPolicy:
+    """The deployable ONNX file behind the rollout interface, fed as a robot would feed it: each frame is built
+    from the env's observation terms by ``spec['obs_layout']`` alone (term by term, each of its recorded width),
+    the last ``num_frames`` frames are stacked oldest first, and the GRU state goes in and out as ``h_in`` /
+    ``h_out``; onnxruntime runs it on one CPU thread. Used by ``llp evaluate`` on ``llp-deployable-policy``."""
+
+    def __init__(self, onnx: bytes, spec: dict):
+        fields = {k: v for k, v in spec.items() if k in PolicySpec.__dataclass_fields__}
+        self.spec = PolicySpec(**fields)
+        if not self.spec.obs_layout:
+            raise ValueError("the deployable's policy.json has no obs_layout: its observation cannot be built")
+        self.layout = [(ref.split("/")[0], ref.split("/")[1], int(width)) for ref, width in self.spec.obs_layout]
+        width = sum(w for _, _, w in self.layout)
+        if width != self.spec.obs_dim:
+            raise ValueError(f"policy.json: obs_layout adds up to {width}, but obs_dim is {self.spec.obs_dim}")
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(onnx, options, providers=["CPUExecutionProvider"])
+        self.num_frames, self.obs_dim, self.num_actions = self.spec.num_frames, self.spec.obs_dim, self.spec.num_actions
+        self.is_recurrent = self.spec.recurrent
+
+    def observe(self, obs: dict) -> torch.Tensor:
+        """One frame [N, obs_dim] from ``obs`` ({group: {term: [N, width]}}), by the layout; raises when a term is
+        missing or of another width than the layout records."""
+        parts = []
+        for group, term, width in self.layout:
+            x = obs.get(group, {}).get(term)
+            if x is None:
+                raise ValueError(f"policy.json's obs_layout needs {group}/{term}, which the env does not give")
+            if x.shape[1] != width:
+                raise ValueError(f"{group}/{term} is {x.shape[1]} wide, policy.json's obs_layout says {width}")
+            parts.append(x.float())
+        return torch.cat(parts, dim=1)
+
+    def initial_memory(self, num_envs: int) -> Memory:
+        hidden = torch.zeros(self.spec.gru_layers, num_envs, self.spec.gru_hidden) if self.is_recurrent else None
+        if self.num_frames == 1:
+            return Memory(hidden=hidden)
+        return Memory(
+            frames=torch.zeros(num_envs, self.num_frames - 1, self.obs_dim),
+            fresh=torch.ones(num_envs, dtype=torch.bool),
+            hidden=hidden,
+        )
+
+    def step(self, frame: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, Memory, None]:
+        stacked, memory = stack_frames(frame, memory, self.num_frames)
+        feed = {"obs": stacked.reshape(stacked.shape[0], -1).numpy().astype(np.float32)}
+        if self.is_recurrent:
+            feed["h_in"] = memory.hidden.numpy().astype(np.float32)
+        out = self.session.run(None, feed)
+        hidden = torch.from_numpy(out[1]) if self.is_recurrent else None
+        return torch.from_numpy(out[0]), Memory(frames=memory.frames, fresh=memory.fresh, hidden=hidden), None

@@ -46,6 +46,9 @@ class PolicySpec:
     action_offset: str = "default"
     # order and scale of the proprioception's first blocks (llp.sim.proprio); None: recorded before layouts were
     proprio_layout: str | None = None
+    # what the program bytes are: 'pt2' (a registered torch.export program) or 'onnx' (the deployable file, run
+    # with onnxruntime; its spec comes from the deployable's policy.json)
+    format: str = "pt2"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -158,3 +161,13 @@ def load_pt2(program: bytes, spec: dict) -> LoadedPolicy:
 
     module = torch.export.load(io.BytesIO(program)).module()
     return LoadedPolicy(module, PolicySpec(**spec))
+
+
+def load_program(program: bytes, spec: dict):
+    """A policy behind the rollout interface from its program's bytes and spec: a torch.export program, or the
+    deployable ONNX file (``spec['format'] == 'onnx'``), which then runs in onnxruntime as on a robot."""
+    if spec.get("format", "pt2") == "onnx":
+        from llp.learn.deployable import OnnxPolicy
+
+        return OnnxPolicy(program, spec)
+    return load_pt2(program, spec)

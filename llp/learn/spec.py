@@ -22,17 +22,17 @@ from llp.sim.config import EnvConfig
 
 @dataclass
 class FrozenPolicy:
-    """A registered policy as Ray can ship it: its torch.export program and its spec (the loaded module does
-    not pickle). ``load()`` gives the rollout interface."""
+    """A registered policy as Ray can ship it: its torch.export program (or, for the deployable files, its ONNX
+    file) and its spec (the loaded module does not pickle). ``load()`` gives the rollout interface."""
 
     uri: str
     program: bytes
     spec: dict
 
     def load(self):
-        from llp.learn.export import load_pt2
+        from llp.learn.export import load_program
 
-        return load_pt2(self.program, self.spec)
+        return load_program(self.program, self.spec)
 
 
 @dataclass

@@ -140,6 +140,24 @@ class ReferenceLibrary:
         return "\n".join(rows)
 
 
+def open_library(folder: str | Path) -> ReferenceLibrary:
+    """The library whose index lies in ``folder`` or below it (a downloaded dataset nests it)."""
+    index = next(Path(folder).rglob(INDEX), None)
+    if index is None:
+        raise LibraryError(f"{folder}: no reference library ({INDEX}) in it")
+    return ReferenceLibrary(index.parent)
+
+
+def accepted_heights(folder: str | Path, skill: str) -> list[float]:
+    """The obstacle heights (metres, lowest first) of ``skill``'s accepted physics-tracked entries: what the
+    library reached."""
+    library = open_library(folder)
+    heights = {round(e.obstacle.height, 4) for e in library.entries if e.skill == skill and e.accepted and e.round > 0}
+    if not heights:
+        raise LibraryError(f"{library.root}: no accepted physics-tracked {skill!r} entry")
+    return sorted(heights)
+
+
 def _read_index(index: Path) -> list[Reference]:
     try:
         data = json.loads(index.read_text())

@@ -410,7 +410,7 @@ def level_fraction(level: int, num_levels: int) -> float:
 def difficulty(cfg: TerrainConfig, kind: str, level: int) -> str:
     """A tile's difficulty in the paper's units (obstacle heights in cm), for evaluation tables."""
     d = level_fraction(level, cfg.num_levels)
-    cm = lambda metres: f"{100 * metres:.0f} cm"  # noqa: E731
+    cm = lambda metres: f"{100 * metres:.1f}".rstrip("0").rstrip(".") + " cm"  # noqa: E731  (27.5 cm, 60 cm)
     if kind == "rough":
         return f"amplitude {100 * _lerp(cfg.rough_amplitude, d):.1f} cm"
     if kind in ("stairs_up", "stairs_down"):
