@@ -20,6 +20,29 @@ from llp.flows import tracking
 from llp.flows.progress import ProgressBar
 
 
+def parse_faults(spec: str, stages: list[str] | None = None) -> list[tuple[str, int, str]]:
+    """``LLP_INJECT_FAULT``'s drills as (stage, iteration, kind): items ``<stage>@<iteration>[:kind]``, comma-
+    separated, kind one of '' (crash), nan<K>, killsim, pause<S>. A malformed item, or a stage not in ``stages``,
+    is a ValueError naming it (a misspelled drill must not pass silently as no drill)."""
+    out = []
+    for item in (i.strip() for i in spec.split(",") if i.strip()):
+        stage, _, rest = item.partition("@")
+        at, _, kind = rest.partition(":")
+        known = (kind == "" or kind == "killsim" or (kind.startswith("nan") and kind[3:].isdigit())
+                 or (kind.startswith("pause") and kind[5:].replace(".", "", 1).isdigit()))  # fmt: skip
+        if not stage or not at.isdigit() or not known:
+            raise ValueError(f"LLP_INJECT_FAULT item {item!r}: expected <stage>@<iteration>[:nan<K>|:killsim|"
+                             ":pause<S>], e.g. locomotion_teacher@3:killsim")  # fmt: skip
+        if stages is not None and stage not in stages:
+            raise ValueError(f"LLP_INJECT_FAULT item {item!r}: {stage!r} is not a stage of this pipeline "
+                             f"({', '.join(stages)})")  # fmt: skip
+        out.append((stage, int(at), kind))
+    return out
+
+
+REJECTED_CHECKPOINT_TAG = "llp.rejected_checkpoint"  # sha256 of a stage run's latest.pt that did not load
+
+
 class InjectedFault(RuntimeError):
     """Raised by ``LLP_INJECT_FAULT`` (tests and chaos drills): a crash at a chosen point of a stage."""
 
@@ -178,13 +201,36 @@ class StageContext:
         path = tracking.download_checkpoint(self.mlflow_run_id, self.checkpoint_dir() / "download")
         if path is None:
             return 0, []
-        state = trainer.load(str(path))
         from mlflow import MlflowClient
 
         logged = MlflowClient().get_metric_history(self.mlflow_run_id, "perf/env_steps")
-        self.extra["logged_through"] = max((m.step for m in logged), default=-1)
+        self.extra["logged_through"] = max((m.step for m in logged), default=-1)  # redone iterations: logged once
+        if not self._usable_checkpoint(path):
+            return 0, []
+        state = trainer.load(str(path))
         print(f"[llp] {self.stage}: continues after the checkpoint of iteration {state['iteration']}", flush=True)
         return state["iteration"] + 1, list(state["history"])
+
+    def _usable_checkpoint(self, path: Path) -> bool:
+        """Whether the downloaded checkpoint ``path`` loads. One that does not is set aside (kept in this stage's
+        checkpoint folder under its digest, its digest tagged on the stage run so that no later attempt loads it
+        again) and the stage starts from scratch, saying so: a damaged file must not fail every retry."""
+        import hashlib
+
+        from llp.learn.checkpoint import check_checkpoint
+
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        where = f"checkpoints/latest.pt of MLflow run {self.mlflow_run_id}"
+        rejected = tracking.run_tag(self.mlflow_run_id, REJECTED_CHECKPOINT_TAG)
+        why = "set aside by an earlier attempt" if rejected == digest else check_checkpoint(path)
+        if why is None:
+            return True
+        aside = self.checkpoint_dir() / f"rejected-{digest[:16]}.pt"
+        path.replace(aside)
+        tracking.set_run_tag(self.mlflow_run_id, REJECTED_CHECKPOINT_TAG, digest)
+        print(f"[llp] {self.stage}: {where} does not load ({why}); set aside as {aside}; the stage starts again "
+              "from iteration 0", flush=True)  # fmt: skip
+        return False
 
     def train(self, pool, iterations: int, checkpoint_every: int, keys, start: int, history: list) -> None:
         """Iterations ``start`` to ``iterations - 1`` of ``pool``: each one's metrics logged (they reach MLflow
@@ -213,11 +259,9 @@ class StageContext:
         runs = [r for r in os.environ.get("LLP_INJECT_FAULT_RUNS", "").split(",") if r]
         if runs and self.pipeline_run not in runs:
             return
-        for item in spec.split(","):
-            stage, _, at = item.partition("@")
-            at, _, kind = at.partition(":")
+        for stage, at, kind in parse_faults(spec):
             marker = self.run_dir / f".fault-{stage}-{at}{kind}"
-            if stage != self.stage or not at.isdigit() or int(at) != iteration or marker.exists():
+            if stage != self.stage or at != iteration or marker.exists():
                 continue
             marker.write_text("fired")
             if kind.startswith("nan") and kind[3:].isdigit() and trainer is not None:

@@ -79,8 +79,38 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(2).hex()
 
 
+_RUN_ROOT_LOCK = []  # the open lock file of the run root this process owns (released when the process ends)
+
+
+def lock_run_root(run_root: Path) -> None:
+    """Hold ``run_root``'s lock for this process's lifetime: one `llp run` (or resume) at a time owns a run root's
+    Prefect server and database. A second is refused at once, naming the first, instead of starting a second
+    server on the same database. (Sweeps share one root through PREFECT_API_URL and take no lock.)"""
+    import fcntl
+
+    path = run_root.resolve() / ".llp.lock"
+    if any(h.name == str(path) for h in _RUN_ROOT_LOCK):  # this process holds it already
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 (held open on purpose)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise ValueError(f"run root {run_root.resolve()} is in use by another llp command (pid {holder}): let it "
+                         "finish, or give this run another run_root") from None  # fmt: skip
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    _RUN_ROOT_LOCK.append(handle)
+
+
 def prepare_prefect(run_root: Path) -> Service | None:
-    """Point this process at Prefect: PREFECT_API_URL if set, else a server whose state lives under run_root.
+    """Point this process at Prefect: PREFECT_API_URL if set, else a server whose state lives under run_root
+    (then this process holds the run root's lock, see ``lock_run_root``).
 
     Must run before ``prefect`` is imported in this process.
     """
@@ -88,6 +118,7 @@ def prepare_prefect(run_root: Path) -> Service | None:
     os.environ.update(prefect_env(home))
     if os.environ.get("PREFECT_API_URL"):
         return None
+    lock_run_root(run_root)
     service = start_prefect(home)
     os.environ["PREFECT_API_URL"] = service.url
     return service

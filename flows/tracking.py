@@ -40,9 +40,14 @@ logging.getLogger("mlflow").setLevel(logging.ERROR)
 TORCH_REQUIREMENT = "torch==2.13.0"
 
 
-def configure(run_root: Path, experiment: str) -> str:
-    """Point MLflow at ``MLFLOW_TRACKING_URI`` or at a local SQLite store under ``run_root``; returns the URI."""
+def configure(run_root: Path, experiment: str, create: bool = True) -> str:
+    """Point MLflow at ``MLFLOW_TRACKING_URI`` or at a local SQLite store under ``run_root``; returns the URI.
+    ``create=False`` (commands that only read the registry): a missing local store is a ValueError, and nothing
+    is written."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri and not create and not (run_root / "mlflow.db").is_file():
+        raise ValueError(f"no model registry under {run_root}/ (no mlflow.db): run a pipeline there first, or set "
+                         "MLFLOW_TRACKING_URI to the tracking server that has the model")  # fmt: skip
     if not uri:
         run_root.mkdir(parents=True, exist_ok=True)
         uri = f"sqlite:///{(run_root / 'mlflow.db').resolve()}"
@@ -102,6 +107,14 @@ def log_checkpoint(run_id: str, path: Path, iteration: int) -> None:
         shutil.copyfile(path, target)
         MlflowClient().log_artifact(run_id, str(target), artifact_path="checkpoints")
     MlflowClient().log_metric(run_id, "checkpoint/iteration", iteration, step=iteration)
+
+
+def run_tag(run_id: str, key: str) -> str | None:
+    return MlflowClient().get_run(run_id).data.tags.get(key)
+
+
+def set_run_tag(run_id: str, key: str, value: str) -> None:
+    MlflowClient().set_tag(run_id, key, value)
 
 
 def download_checkpoint(run_id: str, dst: Path) -> Path | None:

@@ -146,7 +146,10 @@ def init_ray(log_dir: Path, num_cpus: float | None = None) -> str:
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
         _exit_143_on_sigterm()
         return address
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local instance; clusters keep their own auth
+    # `llp` turns token authentication on before Ray is first imported (llp.cli.main): a port of this private
+    # instance that another user of the machine reaches refuses them. Ray reads the mode once, at import, so a
+    # process that imported it without one (a test calling this directly) runs without: its servers must agree.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(
         num_cpus=num_cpus if num_cpus is not None else os.cpu_count(),
         include_dashboard=False,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -69,7 +70,10 @@ def _execute(cfg, run_id: str, args: argparse.Namespace) -> int:
     if args.cluster:
         os.environ["RAY_ADDRESS"] = args.cluster
     selected = select_stages(list(cfg.stages), args.from_stage, args.until_stage, args.force)
+    from llp.flows.context import parse_faults
     from llp.stages.registry import check_layout
+
+    parse_faults(os.environ.get("LLP_INJECT_FAULT", ""), list(cfg.stages))  # a misspelled drill stops here
 
     check_layout(cfg, selected)
     run_root = Path(cfg.run_root)
@@ -276,8 +280,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
         runs = sorted(p.parent.name for p in root.glob("*/config.yaml"))
         print(f"llp: no pipeline run {args.run!r} under {root}/ (runs: {', '.join(runs) or 'none'})", file=sys.stderr)
         return 2
-    data = apply_sets(yaml.safe_load(config_file.read_text()), args.set)
-    cfg = check_pipeline(build(PipelineConfig, data))
+    data = yaml.safe_load(config_file.read_text())
+    # the run lives where it was found: a relative run_root in its config would start it over in this folder
+    data["run_root"] = str(root.resolve())
+    cfg = check_pipeline(build(PipelineConfig, apply_sets(data, args.set)))
     _keep_selection(root / args.run / "ledger.json", list(cfg.stages), args)
     return _execute(cfg, args.run, args)
 
@@ -422,7 +428,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from llp.flows import tracking
         from llp.learn.spec import FrozenPolicy
 
-        tracking.configure(run_root, cfg.experiment)
+        tracking.configure(run_root, cfg.experiment, create=False)
         uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before Ray starts
         policy = FrozenPolicy(uri, *tracking.download_policy(uri))
     init_ray(out_dir / "ray")
@@ -560,7 +566,7 @@ def _render_gait(args: argparse.Namespace) -> int:
     eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
     program, spec = None, None
     if args.model != "stand-still":
-        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment)
+        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment, create=False)
         program, spec = tracking.download_policy(tracking.resolve_model_uri(args.model))
     joints = None if spec is None else spec.get("action_joints")
     env = ParkourEnv(eval_cfg.env_config(action_joints=joints, policy_spec=spec), 1, seed=args.seed)
@@ -681,7 +687,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         from llp.flows import tracking
         from llp.learn.spec import FrozenPolicy
 
-        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment)
+        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment, create=False)
         uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before any rendering
         frozen = FrozenPolicy(uri, *tracking.download_policy(uri))
     from llp.evaluation.video import policy_clip, write_gif, write_mp4
@@ -893,6 +899,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     args = build_parser().parse_args(argv)
+    if not os.environ.get("RAY_ADDRESS") and not getattr(args, "cluster", None):
+        # a local Ray authenticates its clients with a token it generates (read when ray is first imported, so set
+        # here): another user of this machine who reaches one of its ports is refused. Clusters keep their own.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     from llp.config.schema import ConfigError
 
     try:

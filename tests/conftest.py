@@ -64,11 +64,11 @@ def services(tmp_path_factory):
             service.stop()
 
 
-def run_llp(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run the real `llp` console script."""
+def run_llp(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path | None = None):
+    """Run the real `llp` console script (in the repository's folder unless ``cwd`` says otherwise)."""
     full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(
-        [str(BIN / "llp"), *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout
+        [str(BIN / "llp"), *args], cwd=cwd or ROOT, env=full, capture_output=True, text=True, timeout=timeout
     )
 
 

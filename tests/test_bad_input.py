@@ -161,6 +161,8 @@ def cli_cases(tmp):
         (["refs", str(tmp)], "is neither a reference library (no index.json) nor a pipeline run"),
         (["evaluate", "--model", "notauri"], "expected a models:/ URI, got 'notauri'"),
         (["evaluate", "--model", "stand-still", "--trials", "0"], "--trials must be >= 1"),
+        (["evaluate", "--model", "models:/llp-locomotion-teacher/1", "--set", f"run_root={tmp / 'fresh'}"],
+         "no model registry under"),
     ]
 
 
@@ -178,6 +180,7 @@ def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path,
         assert "Traceback" not in result.stderr, shown
         assert len(result.stderr.strip().splitlines()) == 1, f"{shown}: {result.stderr}"
     assert "(runs: 20261201-010203-abcd)" in llp("resume", "nosuch", "--run-root", str(tmp_path / "old")).stderr
+    assert not (tmp_path / "fresh").exists()  # `llp evaluate` of a model in no registry wrote nothing there
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "old"]  # no runs/, refs/, escape/ or prefect/
     assert not (tmp_path.parent / "escape").exists()
     assert len(cases) + len(LIBRARY_CASES) + len(CASES) + 3 >= 30  # with the motion-file and config cases, more
@@ -244,3 +247,49 @@ def test_reference_augmentation_that_accepts_no_round_fails_and_is_retried_with_
     assert not stage.get("outputs")
     registry = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     assert [m.name for m in registry.search_registered_models()] == []
+
+
+@pytest.mark.fault
+def test_a_misspelled_fault_drill_is_refused_before_any_work(tmp_path, llp):
+    """LLP_INJECT_FAULT with a stage that is not in the pipeline, or an unknown kind, stops the run at once (a drill
+    that silently never fires would pass a test that checks recovery for nothing)."""
+    import os
+
+    runs = ["--set", f"run_root={tmp_path / 'runs'}", "--until-stage", "locomotion_teacher"]
+    for spec, message in (
+        ("locomotion_teachr@2", "'locomotion_teachr' is not a stage of this pipeline"),
+        ("locomotion_teacher@2:kilsim", "expected <stage>@<iteration>[:nan<K>|:killsim|:pause<S>]"),
+        ("locomotion_teacher@two", "expected <stage>@<iteration>"),
+    ):
+        result = llp("run", *SMOKE, *runs, env={**os.environ, "LLP_INJECT_FAULT": spec}, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, (spec, result.stderr[-1500:])
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("ledger.json"))
+
+
+@pytest.mark.fault
+def test_a_second_run_on_a_run_root_in_use_is_refused_naming_the_first(tmp_path, llp):
+    """Two `llp run`s on one run root would start two Prefect servers on one database: the second is refused at
+    once, naming the process that holds the root; once that one ends, the root is free again."""
+    import subprocess
+    import time
+
+    from tests.conftest import BIN, ROOT
+
+    sets = ["--set", f"run_root={tmp_path}", "--until-stage", "locomotion_teacher"]
+    first = subprocess.Popen([str(BIN / "llp"), "run", *SMOKE, *sets, "--run-id", "first"], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while not (tmp_path / ".llp.lock").is_file() or not (tmp_path / ".llp.lock").read_text().strip():
+            assert time.time() < deadline and first.poll() is None, "the first run never took the run root"
+            time.sleep(0.2)
+        second = llp("run", *SMOKE, *sets, "--run-id", "second", timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert f"run root {tmp_path} is in use by another llp command (pid {first.pid})" in second.stderr
+        assert not (tmp_path / "second").exists()
+    finally:
+        first.wait(timeout=600)
+    assert first.returncode == 0
+    again = llp("run", *SMOKE, *sets, "--run-id", "first", timeout=600)  # free again: all cached
+    assert again.returncode == 0, again.stderr[-2000:]

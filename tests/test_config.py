@@ -71,3 +71,15 @@ def test_validation_is_fast():
     t0 = time.perf_counter()
     error_of({"decimation": -1})
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_a_key_given_twice_in_a_yaml_file_is_refused_with_both_lines(tmp_path):
+    from llp.config.files import read_yaml
+
+    path = tmp_path / "profile.yaml"
+    path.write_text("stages:\n  locomotion_teacher:\n    iterations: 10\n    checkpoint_every: 5\n    iterations: 20\n")
+    with pytest.raises(ConfigError, match=r"the key 'iterations' is given twice \(line 3 and line 5\)") as err:
+        read_yaml(path)
+    assert str(path) in str(err.value)
+    path.write_text("a: &x {b: 1}\nc:\n  <<: *x\n  d: 2\n")  # merge keys still work
+    assert read_yaml(path) == {"a": {"b": 1}, "c": {"b": 1, "d": 2}}

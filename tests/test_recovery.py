@@ -19,25 +19,32 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.mark.fault
 def test_resume_runs_only_the_failed_stage_and_those_after_it(services, tmp_path, llp):
+    from tests.conftest import ROOT
+
     env = {**services["env"], "LLP_INJECT_FAULT": "evaluate@0"}
     sets = [
         "--set",
-        f"run_root={tmp_path}",
+        "run_root=runs",  # relative: the run lives in the folder it was started from
         "--set",
         "stages.evaluate.retries=0",
         "--set",
         "stages.locomotion_teacher.iterations=3",
     ]
-    failed = llp("run", *SMOKE, *sets, "--run-id", "resumable", "--until-stage", "evaluate", env=env)
+    (tmp_path / "lab").mkdir()
+    failed = llp("run", *SMOKE, *sets, "--run-id", "resumable", "--until-stage", "evaluate", env=env,
+                 cwd=tmp_path / "lab")  # fmt: skip
     assert failed.returncode == 1
     assert "llp resume resumable" in failed.stderr
-    book = ledger(tmp_path, "resumable")
+    root = tmp_path / "lab" / "runs"
+    book = ledger(root, "resumable")
     assert book["state"] == "failed"
     assert book["stages"]["locomotion_teacher"]["state"] == "completed"
     assert book["stages"]["evaluate"]["state"] == "failed"
-    resumed = llp("resume", "resumable", "--run-root", str(tmp_path), "--until-stage", "evaluate", env=env)
+    # resumed from another folder, naming the run root absolutely: the same run goes on there
+    resumed = llp("resume", "resumable", "--run-root", str(root), "--until-stage", "evaluate", env=env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    book = ledger(tmp_path, "resumable")
+    assert not (ROOT / "runs" / "resumable").exists()
+    book = ledger(root, "resumable")
     assert book["state"] == "completed"
     # the teacher ran once in all (cached on resume); the evaluation ran again
     assert book["stages"]["locomotion_teacher"]["executions"] == 1

@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "llp-bench-faults"
 STAGE = "locomotion_teacher"
-SCENARIOS = ("simulator_killed", "stage_crash", "nonfinite", "driver_killed", "node_lost", "tracking_outage")
+SCENARIOS = ("simulator_killed", "stage_crash", "corrupted_checkpoint", "nonfinite", "driver_killed", "node_lost",
+             "tracking_outage")
 
 
 class Launched:
@@ -155,6 +156,20 @@ class Bench:
             self.root / f"{run_id}-resume.log",
         )
 
+    def corrupt_checkpoint(self, run_id: str) -> bool:
+        """Overwrite the stage's stored checkpoint (checkpoints/latest.pt in S3) with random bytes of its size;
+        whether there was one to damage."""
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=self.s3.url, region_name="us-east-1", aws_access_key_id="bench",
+                          aws_secret_access_key="bench")  # fmt: skip
+        mark = f"/{self.stage(run_id)['mlflow_run']}/artifacts/checkpoints/latest.pt"
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        keys = [o for p in pages for o in p.get("Contents", []) if o["Key"].endswith(mark)]
+        for obj in keys:
+            s3.put_object(Bucket=BUCKET, Key=obj["Key"], Body=os.urandom(max(64, obj["Size"])))
+        return bool(keys)
+
     def stage(self, run_id: str) -> dict:
         book = json.loads((self.root / "runs" / run_id / "ledger.json").read_text())
         return book["stages"][STAGE]
@@ -228,6 +243,27 @@ def scenario_stage_crash(b: Bench, at: int) -> dict:
         "recovery_s": b.extra_time(span),
         "iterations_lost": lost,
         "detail": why or f"retried from the checkpoint of iteration {start}",
+    }
+
+
+def scenario_corrupted_checkpoint(b: Bench, at: int, pause: float = 8.0) -> dict:
+    """The stage's stored checkpoint is overwritten with random bytes while it pauses, then it crashes: the retry
+    must set the damaged file aside and start again from iteration 0, not fail on it attempt after attempt."""
+    run = b.launch("corrupted", fault=f"{STAGE}@{at}:pause{pause:g},{STAGE}@{at}")
+    run.wait_for("injected pause")
+    damaged = b.corrupt_checkpoint("corrupted")
+    code = run.finish()
+    ok, why, span = b.check("corrupted")
+    stage = b.stage("corrupted")
+    set_aside = "does not load" in run.text() and "set aside as" in run.text()
+    good = code == 0 and ok and damaged and set_aside and stage["executions"] == 2
+    return {
+        "scenario": "corrupted_checkpoint",
+        "recovered": good,
+        "recovery_s": b.extra_time(span, pause),
+        "iterations_lost": at + 1,  # everything before the crash: the only checkpoint was the damaged one
+        "detail": why or ("the damaged checkpoint was set aside; the stage started again from iteration 0"
+                          if set_aside else "the damaged checkpoint was not reported"),
     }
 
 
@@ -342,6 +378,7 @@ def run(scenarios: list[str] | None = None, iterations: int = 8, checkpoint_ever
     steps = {
         "simulator_killed": lambda: scenario_simulator_killed(bench, at),
         "stage_crash": lambda: scenario_stage_crash(bench, at),
+        "corrupted_checkpoint": lambda: scenario_corrupted_checkpoint(bench, at),
         "nonfinite": lambda: scenario_nonfinite(bench, at),
         "driver_killed": lambda: scenario_driver_killed(bench, at),
         "node_lost": lambda: scenario_node_lost(bench, at),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from llp.config.files import CONF_DIR
+from llp.config.files import CONF_DIR, load_yaml
 from llp.config.schema import ConfigError
 
 ABLATION_DIR = CONF_DIR / "ablation"
@@ -40,7 +40,10 @@ def load_ablation(name: str) -> Ablation:
     if not path.is_file():
         why = f" ({LEFT_OUT[name]})" if name in LEFT_OUT else ""
         raise ConfigError("ablation", f"no ablation named {name!r}{why}; allowed values: {', '.join(available())}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = load_yaml(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(str(path), f"not valid YAML: {err}") from None
     unknown = set(data) - {"description", "stage", "set"}
     if unknown:
         raise ConfigError(f"ablation {name}", f"unknown keys {sorted(unknown)}; allowed: description, stage, set")

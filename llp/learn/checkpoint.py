@@ -60,6 +60,18 @@ def save_checkpoint(
     return path
 
 
+def check_checkpoint(path: str | Path) -> str | None:
+    """None if ``path`` reads as a checkpoint of this format, else why not (a corrupted or foreign file): checked
+    where the file is, before any learner is handed it."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 (whatever a damaged file makes the unpickler raise)
+        return f"{type(err).__name__}: {str(err)[:200]}"
+    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION or "iteration" not in state:
+        return f"not a checkpoint of format {FORMAT_VERSION}"
+    return None
+
+
 def load_checkpoint(path: str | Path, learner, *, amp=None, restore_rng: bool = True) -> dict:
     """Restore ``learner`` (and ``amp``) from ``path``; returns the checkpoint dict (iteration, history, extra)."""
     state = torch.load(path, map_location="cpu", weights_only=False)  # then onto the learner's device
