@@ -84,8 +84,22 @@ def test_dagger_loss_value():
     assert abs(float(loss) - (0.25 * 2.5 + 0.75 * 1.0)) < 1e-6
 
 
-def test_nn_identity_guard():
-    assert isinstance(nn.Identity(), nn.Module)
+def test_a_dagger_step_moves_the_student_towards_its_labels_and_only_where_they_are_used():
+    """One gradient step on the DAgger loss brings the student's actions closer to the teacher's labels, in
+    proportion to each sample's weight; a sample of weight 0 (an unlabelled env) pulls nothing."""
+    student = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        student.weight.copy_(torch.eye(2))
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    labels = torch.tensor([[0.0, 0.0], [0.0, 5.0]])
+    before = float(dagger_loss(student(x), labels, torch.tensor([1.0, 0.0])).detach())
+    dagger_loss(student(x), labels, torch.tensor([1.0, 0.0])).backward()
+    with torch.no_grad():
+        student.weight -= 0.5 * student.weight.grad
+    after = float(dagger_loss(student(x), labels, torch.tensor([1.0, 0.0])))
+    assert after < before
+    # the second sample (weight 0) left its row alone: column 1 of the weights is still the identity's
+    assert torch.equal(student.weight[:, 1], torch.tensor([0.0, 1.0]))
 
 
 def test_envs_no_teacher_labels_do_not_imitate_anything():

@@ -116,8 +116,28 @@ def test_every_penalty_is_declared_as_one():
 
 
 @pytest.mark.parametrize("name", sorted(R.REWARD_TERMS))
-def test_term_parameters_are_introspectable(name):
-    assert isinstance(R.term_parameters(name), set)
+def test_term_parameters_are_what_config_accepts(name):
+    """Config validation takes exactly the parameters a term's factory names, each with a default (a config may
+    leave any out), and refuses any other name for that term."""
+    import inspect
+
+    from llp.config.files import env_config
+    from llp.config.schema import ConfigError
+
+    params = R.term_parameters(name)
+    make = R.REWARD_TERMS[name].make
+    target = getattr(make, "fn", None) or R.STATEFUL_TERMS[name].__init__
+    signature = inspect.signature(target).parameters
+    assert all(signature[p].default is not inspect.Parameter.empty for p in params), name
+    weight = 1.0 if R.REWARD_TERMS[name].kind == "reward" else -1.0
+    with pytest.raises(ConfigError, match="no_such_parameter"):
+        env_config(overrides={"rewards": {name: {"weight": weight, "params": {"no_such_parameter": 1.0}}}})
+
+
+def test_term_parameters_of_known_terms():
+    assert R.term_parameters("feet_air_time") == {"threshold", "contact_force", "min_command"}
+    assert R.term_parameters("feet_phase") == {"swing_height", "sigma", "min_command"}
+    assert R.term_parameters("lin_vel_tracking") == {"sigma"}
 
 
 def test_undesired_contact_spares_hands_on_obstacle_tiles():

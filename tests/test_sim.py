@@ -188,9 +188,24 @@ def test_terrain_tiles_know_their_geometry():
 
 
 def test_parkour_env_meets_the_backend_contract():
+    """What learning code relies on (llp.sim.interface.VecEnv), by value: observations of the widths obs_dims
+    says, per-env rewards and ends, one weighted reward column per reward name, and a final observation."""
     from llp.sim.interface import VecEnv
 
-    assert isinstance(make_env(), VecEnv)
+    env = make_env(num_envs=3)
+    assert isinstance(env, VecEnv)
+    dims = env.obs_dims()
+    obs = env.reset()
+    assert {g: {t: v.shape for t, v in terms.items()} for g, terms in obs.items()} == {
+        g: {t: (3, w) for t, w in terms.items()} for g, terms in dims.items()
+    }
+    result = env.step(torch.zeros(3, env.num_actions))
+    assert result.reward.shape == (3,) and result.reward.dtype.is_floating_point
+    assert result.terminated.shape == result.truncated.shape == (3,) and result.terminated.dtype == torch.bool
+    assert tuple(result.info["weighted_terms"].shape) == (3, len(env.reward_names))
+    assert torch.allclose(torch.as_tensor(result.info["weighted_terms"]).sum(1).float(), result.reward.float(),
+                          atol=1e-5)  # fmt: skip
+    assert result.final_obs is None  # nobody ended: no final observation to bootstrap from
 
 
 def test_curriculum_measures_progress_against_the_integrated_command():
