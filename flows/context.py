@@ -18,6 +18,7 @@ from typing import Any
 from llp.config.resources import ResourcesConfig
 from llp.flows import tracking
 from llp.flows.progress import ProgressBar
+from llp.learn.phases import Phase
 
 
 def parse_faults(spec: str, stages: list[str] | None = None) -> list[tuple[str, int, str]]:
@@ -232,19 +233,35 @@ class StageContext:
               "from iteration 0", flush=True)  # fmt: skip
         return False
 
-    def train(self, pool, iterations: int, checkpoint_every: int, keys, start: int, history: list) -> None:
-        """Iterations ``start`` to ``iterations - 1`` of ``pool``: each one's metrics logged (they reach MLflow
-        with the checkpoint that covers them) and those named in ``keys`` kept in ``history`` (the learning
-        curve), a checkpoint every ``checkpoint_every`` iterations and after the last, a fault point after each."""
-        progress = self.progress(iterations, start)
-        for it in range(start, iterations):
-            metrics = pool.iteration()
-            history.append({k: metrics[k] for k in keys if k in metrics})
-            self.log_iteration(metrics, step=it)
-            progress.update(it, metrics)
-            if (it + 1) % checkpoint_every == 0 or it + 1 == iterations:
-                self.save_checkpoint(pool, it, history)
-            self.fault_point(it, pool)
+    def train(self, pool, phases: int | list[Phase], checkpoint_every: int, keys, start: int = 0,
+              history: list | None = None, offset: int = 0, label: str | None = None):  # fmt: skip
+        """The training loop of every stage: its phases one after another (an int: one phase of that many
+        iterations), from iteration ``start`` (a resumed stage: the one after its checkpoint). Each iteration's
+        metrics are logged (they reach MLflow with the checkpoint that covers them) and those named in ``keys``
+        kept in ``history`` (the learning curve); a checkpoint every ``checkpoint_every`` iterations and at the
+        end of each phase, a fault point after each iteration. Steps are ``offset`` + the iteration (a stage
+        that trains several pools, one after another, numbers them on). Returns the pool (a phase may have
+        switched it)."""
+        phases = [Phase("train", phases)] if isinstance(phases, int) else list(phases)
+        history = [] if history is None else history
+        total = sum(p.iterations for p in phases)
+        progress = self.progress(total, start, label)
+        first = 0
+        for phase in phases:
+            end = first + phase.iterations
+            if end > start and phase.iterations > 0:
+                if phase.begin is not None:
+                    pool = phase.begin(pool, start > first) or pool
+                for it in range(max(start, first), end):
+                    metrics = {**pool.iteration(), **phase.metrics}
+                    history.append({k: metrics[k] for k in keys if k in metrics})
+                    self.log_iteration(metrics, step=offset + it)
+                    progress.update(it, metrics)
+                    if (it + 1) % checkpoint_every == 0 or it + 1 == end:  # and at the end of every phase
+                        self.save_checkpoint(pool, offset + it, history)
+                    self.fault_point(offset + it, pool)
+            first = end
+        return pool
 
     def fault_point(self, iteration: int, trainer=None) -> None:
         """Chaos drills, each once per run (a marker in the run folder): LLP_INJECT_FAULT=<stage>@<iteration>

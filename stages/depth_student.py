@@ -22,7 +22,7 @@ from typing import Any
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.stages.common import check_network_obs, checked_env_config, deployment_fields, transition_course
-from llp.stages.evaluate import EvaluateConfig
+from llp.stages.evaluate import EvaluateConfig, course_protocol
 
 DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distilled student, for a resumed stage
 
@@ -66,9 +66,7 @@ def _course_env() -> dict[str, Any]:
 
 
 def _evaluation() -> EvaluateConfig:
-    course = transition_course()
-    course["randomization"].pop("goal_start_curriculum")
-    return EvaluateConfig(video_seconds=0.0, retries=0, courses={"course": [0.0, 0.0]}, course_env=course)
+    return course_protocol({"course": [0.0, 0.0]})
 
 
 @dataclass(kw_only=True)
@@ -177,6 +175,7 @@ def student_env(cfg: DepthStudentConfig, teacher_spec: dict, group: str = "terra
 def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
     """Distil, fine-tune, evaluate; returns {'policy': fine-tuned, 'distilled': before fine-tuning}."""
     from llp.actors.pool import TrainingPool
+    from llp.learn.phases import Phase
     from llp.learn.spec import EnvGroup, TeacherSpec, TrainSpec
 
     teacher = ctx.frozen_policy(inputs["policy"])
@@ -193,29 +192,27 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
         resources = ctx.resources.for_groups(len(groups))
     else:
         spec, resources = TrainSpec(env=env_cfg, teachers=[TeacherSpec(teacher)], **common), ctx.resources
-    total = cfg.distill_iterations + cfg.finetune_iterations
     # one pool for both phases: fine-tuning changes the learning rule only (the teacher's labels go unused)
     pool = TrainingPool(resources, spec)
     distilled_uri = None
-    try:
-        start, history = ctx.restore_checkpoint(pool)
-        if start > cfg.distill_iterations:  # resumed in fine-tuning: the checkpoint holds its learning rate
+
+    def finetune(pool, resumed: bool) -> None:
+        nonlocal distilled_uri
+        if resumed:  # the checkpoint holds fine-tuning's learning rate; the distilled student was registered
             pool.set_rule(cfg.finetune, fresh_learning_rate=False)
             distilled_uri = _recorded_distilled(ctx)
-        progress = ctx.progress(total, start)
-        for it in range(start, total):
-            if it == cfg.distill_iterations:
-                distilled_uri = _register(ctx, "distilled", pool, env_cfg)
-                pool.set_rule(cfg.finetune)
-            metrics = pool.iteration()
-            metrics["phase/finetune"] = float(it >= cfg.distill_iterations)
-            keys = ("episode/return", "episode/length", "loss/dagger", *(f"group/{g}/episode/length" for g in envs))
-            history.append({k: metrics[k] for k in keys if k in metrics})
-            ctx.log_iteration(metrics, step=it)
-            progress.update(it, metrics)
-            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == total:
-                ctx.save_checkpoint(pool, it, history)
-            ctx.fault_point(it, pool)
+        else:
+            distilled_uri = _register(ctx, "distilled", pool, env_cfg)
+            pool.set_rule(cfg.finetune)
+
+    phases = [Phase("distillation", cfg.distill_iterations, metrics={"phase/finetune": 0.0}),
+              Phase("fine-tuning", cfg.finetune_iterations, finetune, {"phase/finetune": 1.0})]  # fmt: skip
+    keys = ("episode/return", "episode/length", "loss/dagger", *(f"group/{g}/episode/length" for g in envs))
+    try:
+        start, history = ctx.restore_checkpoint(pool)
+        ctx.train(pool, phases, cfg.checkpoint_every, keys, start, history)
+        if distilled_uri is None and cfg.finetune_iterations and start > cfg.distill_iterations:
+            distilled_uri = _recorded_distilled(ctx)  # resumed after the last iteration: registered before
         if distilled_uri is None:  # no fine-tuning: the distilled student is the stage's policy
             distilled_uri = _register(ctx, "distilled", pool, env_cfg)
         final_uri = _register(ctx, "policy", pool, env_cfg)

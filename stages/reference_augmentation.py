@@ -207,6 +207,7 @@ def _train_round(ctx, cfg, env_cfg, r: int, iterations: int, it0: int, state_pat
     """Train round ``r``'s tracker on the stage's pool, from the previous round's state when given."""
     from llp.actors.pool import TrainingPool
     from llp.learn.models import Actor
+    from llp.learn.phases import Phase
     from llp.learn.spec import TrainSpec
 
     spec = TrainSpec(env=env_cfg, envs_per_actor=cfg.envs_per_actor, seed=seed + r, actor=cfg.actor,
@@ -216,15 +217,16 @@ def _train_round(ctx, cfg, env_cfg, r: int, iterations: int, it0: int, state_pat
     try:
         if state_path is not None:
             pool.load(state_path)
-        progress = ctx.progress(iterations, 0, label=f"{ctx.stage} round {r}")
-        for i in range(iterations):
-            metrics = pool.iteration()
-            history.append({k: metrics[k] for k in ("episode/return", "episode/length") if k in metrics})
-            ctx.log_iteration({**metrics, "round": float(r)}, step=it0 + i)
-            progress.update(i, metrics)
-            if (i + 1) % cfg.checkpoint_every == 0 or i + 1 == iterations:
-                ctx.save_checkpoint(pool, it0 + i, history)
-            ctx.fault_point(it0 + i, pool)
+        ctx.train(
+            pool,
+            [Phase(f"round {r}", iterations, metrics={"round": float(r)})],
+            cfg.checkpoint_every,
+            ("episode/return", "episode/length"),
+            0,
+            history,
+            offset=it0,
+            label=f"{ctx.stage} round {r}",
+        )
         actor = Actor(cfg.actor, pool.spaces["obs_dims"], pool.spaces["num_actions"])
         actor.load_state_dict(pool.actor_state())
         state_path = pool.save(str(ctx.run_dir / "checkpoints" / ctx.stage / f"round{r}.pt"), it0 + iterations - 1,

@@ -290,6 +290,7 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
     from dataclasses import replace
 
     from llp.actors.pool import TrainingPool
+    from llp.learn.phases import Phase
     from llp.learn.spec import TeacherSpec, TrainSpec
 
     refs = skill_references(ctx.load_dataset(inputs["library"]), cfg.skill)
@@ -305,27 +306,26 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
     ctx.init_ray()
     spec = TrainSpec(env=env_cfg, envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor,
                      critic=cfg.critic, ppo=cfg.ppo, teachers=[TeacherSpec(tracker)])  # fmt: skip
-    pool = TrainingPool(ctx.resources, spec)
+    held = {"pool": TrainingPool(ctx.resources, spec)}  # the pool in use (phase B switches it), closed at the end
     phase_a = None  # phase A's actor, evaluated after the stage (None when resumed past it)
+
+    def to_phase_b(pool, resumed: bool):  # its env, no expert, PPO alone
+        nonlocal phase_a
+        if not resumed:
+            phase_a = _actor(cfg, pool)
+        held["pool"] = _switch_to_phase_b(ctx, cfg, pool, gen_cfg, start if resumed else a_iters, history,
+                                          fresh_rate=not resumed)  # fmt: skip
+        return held["pool"]
+
+    phases = [Phase("A: DAgger from the tracking expert", a_iters, metrics={"phase/generalization": 0.0}),
+              Phase("B: generalization", total - a_iters, to_phase_b, {"phase/generalization": 1.0})]  # fmt: skip
     try:
-        start, history = ctx.restore_checkpoint(pool)
-        progress = ctx.progress(total, start)
-        for it in range(start, total):
-            if it == a_iters or (it == start and start > a_iters):  # phase B: its env, no expert, PPO alone
-                if it == a_iters:
-                    phase_a = _actor(cfg, pool)
-                pool = _switch_to_phase_b(ctx, cfg, pool, gen_cfg, it, history, fresh_rate=it == a_iters)
-            metrics = pool.iteration()
-            metrics["phase/generalization"] = float(it >= a_iters)
-            history.append({k: metrics[k] for k in ("episode/return", "episode/length", "loss/dagger") if k in metrics})
-            ctx.log_iteration(metrics, step=it)
-            progress.update(it, metrics)
-            if (it + 1) % cfg.checkpoint_every == 0 or it + 1 == total:
-                ctx.save_checkpoint(pool, it, history)
-            ctx.fault_point(it, pool)
+        start, history = ctx.restore_checkpoint(held["pool"])
+        pool = ctx.train(held["pool"], phases, cfg.checkpoint_every, ("episode/return", "episode/length",
+                         "loss/dagger"), start, history)  # fmt: skip
         actor, dims = _actor(cfg, pool), pool.spaces["obs_dims"]
     finally:
-        pool.close()
+        held["pool"].close()
     ctx.log_learning_curve(history)
     uri = _register(ctx, actor, dims, env_cfg)
     offset = tracker.spec.get("action_offset", "default")  # the expert runs in its own action terms

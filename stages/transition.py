@@ -164,6 +164,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     from dataclasses import replace
 
     from llp.actors.pool import TrainingPool
+    from llp.learn.phases import Phase
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
     from llp.stages.merge import (
         MergeConfig,
@@ -225,18 +226,24 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         + [f"group/{g.name}/episode/{k}" for g in groups for k in ("length", "success_rate")]
         + ["group/course/episode/start_step"]
     )
+
+    def warm_up(pool, resumed: bool) -> None:  # the actor by DAgger alone while the critic and discriminators fit
+        pool.set_rule(replace(cfg.ppo, rl_coef=0.0, schedule="fixed"), fresh_learning_rate=not resumed)
+
+    def course_ppo(pool, resumed: bool) -> None:  # resumed: the pool's rule is this one, its rate the checkpoint's
+        if not resumed:
+            pool.set_rule(cfg.ppo, fresh_learning_rate=True)
+            print(f"[llp] {ctx.stage}: critic warmed up ({cfg.critic_warmup} iterations); PPO on the course from "
+                  "here", flush=True)  # fmt: skip
+
+    phases = [Phase("critic warm-up", cfg.critic_warmup, warm_up),
+              Phase("course PPO", cfg.iterations - cfg.critic_warmup, course_ppo)]  # fmt: skip
     try:
         start, history = ctx.restore_checkpoint(pool)
         if start == 0:  # the merged student's network and normaliser; its action noise is this stage's
             missing = pool.load_actor(weights)
             print(f"[llp] {ctx.stage}: the actor starts from {student.uri} (its own: {missing})", flush=True)
-        if start < cfg.critic_warmup:  # the actor by DAgger alone while the critic and discriminators fit
-            pool.set_rule(replace(cfg.ppo, rl_coef=0.0, schedule="fixed"), fresh_learning_rate=start == 0)
-            ctx.train(pool, cfg.critic_warmup, cfg.checkpoint_every, keys, start, history)
-            pool.set_rule(cfg.ppo, fresh_learning_rate=True)
-            start = cfg.critic_warmup
-            print(f"[llp] {ctx.stage}: critic warmed up ({start} iterations); PPO on the course from here", flush=True)
-        ctx.train(pool, cfg.iterations, cfg.checkpoint_every, keys, start, history)
+        ctx.train(pool, phases, cfg.checkpoint_every, keys, start, history)
         uri = register_student(ctx, pool, loco_env)
     finally:
         pool.close()
