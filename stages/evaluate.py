@@ -146,6 +146,16 @@ def course_trials_env(course_env: dict[str, Any], start: tuple[float, float]) ->
     return env
 
 
+def course_protocol(courses: dict[str, list[float]], **fields) -> EvaluateConfig:
+    """The protocol with ``courses`` on the transition course (its tiles and commands, no start curriculum)
+    beside the terrain, no clips."""
+    from llp.stages.common import transition_course
+
+    course = transition_course()
+    course["randomization"].pop("goal_start_curriculum")
+    return EvaluateConfig(video_seconds=0.0, retries=0, courses=courses, course_env=course, **fields)
+
+
 STAND_STILL = "baseline:stand-still"
 
 

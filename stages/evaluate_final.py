@@ -16,24 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llp.config.schema import check, field
-from llp.stages.common import transition_course
-from llp.stages.evaluate import EvaluateConfig
+from llp.stages.evaluate import EvaluateConfig, course_protocol
 
 # the policies judged, in the order of the report: role -> (config field naming the stage, the stage's output)
 ROLES = {"teacher": ("teacher", "policy"), "student": ("student", "policy"), "deployable": ("deployable", "deployable")}
 
 
 def _protocol() -> EvaluateConfig:
-    course = transition_course()
-    course["randomization"].pop("goal_start_curriculum")
-    return EvaluateConfig(
-        video_seconds=0.0,
-        retries=0,
-        # the approach (the whole 2.5 m into the box: the paper's course), and the skill from its motion's start
-        # (0.35-0.55 m before the box: the climb itself)
-        courses={"course": [0.0, 0.0], "climb": [1.95, 2.15]},
-        course_env=course,
-    )
+    # the approach (the whole 2.5 m into the box: the paper's course), and the skill from its motion's start (0.35-0.55
+    # m before the box: the climb itself)
+    return course_protocol({"course": [0.0, 0.0], "climb": [1.95, 2.15]})
 
 
 @dataclass(kw_only=True)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from llp.learn.export import PolicySpec
+from llp.learn.export import PolicySpec, fresh_memory
 from llp.learn.memory import Memory, stack_frames
 
 
@@ -197,14 +197,7 @@ class OnnxPolicy:
         return torch.cat(parts, dim=1)
 
     def initial_memory(self, num_envs: int) -> Memory:
-        hidden = torch.zeros(self.spec.gru_layers, num_envs, self.spec.gru_hidden) if self.is_recurrent else None
-        if self.num_frames == 1:
-            return Memory(hidden=hidden)
-        return Memory(
-            frames=torch.zeros(num_envs, self.num_frames - 1, self.obs_dim),
-            fresh=torch.ones(num_envs, dtype=torch.bool),
-            hidden=hidden,
-        )
+        return fresh_memory(self.spec, num_envs)
 
     def step(self, frame: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, Memory, None]:
         stacked, memory = stack_frames(frame, memory, self.num_frames)

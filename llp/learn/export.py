@@ -121,6 +121,18 @@ def example_input(spec: PolicySpec, batch: int = 2):
     return np.zeros((batch, width), dtype=np.float32)
 
 
+def fresh_memory(spec: PolicySpec, num_envs: int) -> Memory:
+    """What a policy of ``spec`` carries at the start of an episode: no frames seen, a zero GRU state."""
+    hidden = torch.zeros(spec.gru_layers, num_envs, spec.gru_hidden) if spec.recurrent else None
+    if spec.num_frames == 1:
+        return Memory(hidden=hidden)
+    return Memory(
+        frames=torch.zeros(num_envs, spec.num_frames - 1, spec.obs_dim),
+        fresh=torch.ones(num_envs, dtype=torch.bool),
+        hidden=hidden,
+    )
+
+
 class LoadedPolicy:
     """A deployable module behind the rollout interface: ``observe``, ``initial_memory``, ``step``."""
 
@@ -134,14 +146,7 @@ class LoadedPolicy:
         return gather(obs, self.refs)
 
     def initial_memory(self, num_envs: int) -> Memory:
-        hidden = torch.zeros(self.spec.gru_layers, num_envs, self.spec.gru_hidden) if self.is_recurrent else None
-        if self.num_frames == 1:
-            return Memory(hidden=hidden)
-        return Memory(
-            frames=torch.zeros(num_envs, self.num_frames - 1, self.obs_dim),
-            fresh=torch.ones(num_envs, dtype=torch.bool),
-            hidden=hidden,
-        )
+        return fresh_memory(self.spec, num_envs)
 
     @torch.no_grad()
     def step(self, frame: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, Memory, None]:
