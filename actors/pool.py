@@ -41,6 +41,8 @@ class TrainingPool:
                 max_task_retries=0,
             )
             self.colocated = remote.remote(spec, resources.sim_threads, resources.learner_threads)
+            _wait_placed([self.colocated], "the co-located actor", resources.sim_actor_cpus, resources.learner_gpus,
+                         resources.learner_resources, resources.placement_timeout_s)  # fmt: skip
             self.spaces = ray.get(self.colocated.spaces.remote())
             self.sims, self.learner, self.learners = [], None, []
             return
@@ -53,6 +55,8 @@ class TrainingPool:
         )
         n_sims = resources.sim_actors
         self.sims = [sim_cls.remote(spec.for_actor(k, n_sims), k, resources.sim_threads) for k in range(n_sims)]
+        _wait_placed(self.sims, f"{n_sims} simulator actors", resources.sim_actor_cpus, 0.0, resources.sim_resources,
+                     resources.placement_timeout_s)  # fmt: skip
         self.spaces = ray.get(self.sims[0].spaces.remote())
         env_groups, learner_spaces = None, self.spaces
         if spec.groups:  # every group's student sees the same widths; the learner weighs groups by env
@@ -86,6 +90,8 @@ class TrainingPool:
             )
             for _ in range(n)
         ]
+        _wait_placed(self.learners, f"{n} learner actor(s)", resources.learner_cpus, resources.learner_gpus,
+                     resources.learner_resources, resources.placement_timeout_s)  # fmt: skip
         self.learner = self.learners[0]  # rank 0: its weights go to the simulators, its state to checkpoints
         if n > 1:
             address = ray.get(self.learner.rendezvous.remote())
@@ -201,6 +207,27 @@ class TrainingPool:
     def close(self) -> None:
         for actor in [*self.sims, *([self.colocated] if self.mode == "colocated" else self.learners)]:
             ray.kill(actor)
+
+
+class PlacementError(RuntimeError):
+    """A stage's actors could not be placed on the cluster in time: it asked for resources no node has free."""
+
+
+def _wait_placed(actors: list, what: str, cpus: float, gpus: float, custom: dict, timeout: float) -> None:
+    """Return once every actor of ``actors`` runs, or raise ``PlacementError`` after ``timeout`` seconds naming
+    what each asked for and what the cluster has free (Ray itself waits for resources forever, silently)."""
+    ready, waiting = ray.wait([a.pid.remote() for a in actors], num_returns=len(actors), timeout=timeout)
+    if not waiting:
+        return
+    free = {k: round(v, 3) for k, v in sorted(ray.available_resources().items()) if not k.startswith("node:")}
+    asked = {"CPU": cpus, **({"GPU": gpus} if gpus else {}), **custom}
+    for actor in actors:
+        ray.kill(actor)
+    raise PlacementError(
+        f"{len(waiting)} of {what} were not placed within {timeout:.0f} s: each asks for {asked}, and the cluster "
+        f"has free {free}. Add nodes that declare them, or lower the stage's resources (resources.* in the "
+        "profile); resources.placement_timeout_s sets the wait"
+    )
 
 
 def _check_groups(resources: ResourcesConfig, spec: TrainSpec) -> None:

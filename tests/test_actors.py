@@ -344,3 +344,27 @@ def test_the_policy_drives_only_the_configured_joints():
     ctrl = env.ctrl
     assert np.allclose(ctrl[:, held], env.default_joint_pos[held])  # waist and arms hold the default pose
     assert np.allclose(ctrl[:, env.action_joints], env.default_joint_pos[env.action_joints] + 0.25)
+
+
+def test_actors_that_cannot_be_placed_fail_in_bounded_time_naming_what_they_asked_for(ray_local):
+    """Ray waits forever for resources no node declares; the pool gives up after placement_timeout_s and says
+    what each actor asked for and what the cluster has free."""
+    import time
+
+    import ray
+
+    from llp.actors.pool import PlacementError, _wait_placed
+
+    @ray.remote
+    class Worker:
+        def pid(self) -> int:
+            return 1
+
+    fits = [Worker.options(num_cpus=0.1).remote()]
+    _wait_placed(fits, "one small actor", 0.1, 0.0, {}, timeout=60)  # placed: returns
+    stuck = [Worker.options(num_cpus=0.1, resources={"cpu_sim_node": 1}).remote() for _ in range(2)]
+    t0 = time.perf_counter()
+    with pytest.raises(PlacementError, match=r"2 of 2 simulator actors were not placed within 3 s: each asks for "
+                       r"\{'CPU': 0.1, 'cpu_sim_node': 1\}, and the cluster has free \{.*'CPU'"):  # fmt: skip
+        _wait_placed(stuck, "2 simulator actors", 0.1, 0.0, {"cpu_sim_node": 1}, timeout=3)
+    assert time.perf_counter() - t0 < 30

@@ -416,9 +416,13 @@ def test_a_pool_trains_expert_groups_by_dagger_beside_an_rl_group_with_an_amp_pr
 def test_groups_share_the_simulator_cpus_one_or_more_actors_each(actors, groups, expected):
     from llp.config.resources import ResourcesConfig
 
-    layout = ResourcesConfig(sim_actors=actors, sim_actor_cpus=0.9).for_groups(groups)
+    layout = ResourcesConfig(sim_actors=actors, sim_actor_cpus=0.9, sim_resources={"cpu_sim_node": 1}).for_groups(
+        groups
+    )
     assert (layout.sim_actors, layout.sim_actor_cpus) == expected
     assert layout.sim_actors * layout.sim_actor_cpus == pytest.approx(actors * 0.9)
+    # the custom resources that place them shrink alike: a cluster sized for the profile's actors still fits them
+    assert layout.sim_actors * layout.sim_resources["cpu_sim_node"] == pytest.approx(actors, abs=1e-3)
 
 
 def test_a_registered_policy_s_program_gives_an_actor_its_network_and_normaliser():

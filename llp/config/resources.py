@@ -40,6 +40,11 @@ class ResourcesConfig:
     learner_resources: dict[str, float] = field(
         default_factory=dict, doc="Ray custom resources the learner (or co-located) actor needs (e.g. {head: 1})."
     )
+    placement_timeout_s: float = field(
+        default=600.0,
+        doc="Seconds a stage waits for its actors to be placed; then it fails, naming what it asked for and what "
+        "the cluster has free (an autoscaling cluster may need minutes to add nodes).",
+    )
     max_restarts: int = field(default=3, doc="Times Ray replaces a dead simulator actor.")
     task_retries: int = field(default=2, doc="Times a rollout call is retried on a replaced actor.")
 
@@ -61,6 +66,7 @@ class ResourcesConfig:
                 check(key not in ("CPU", "GPU", "memory"), f"{path}.{name}.{key}",
                       "CPUs and GPUs have their own settings (sim_actor_cpus, learner_cpus, learner_gpus)")  # fmt: skip
         check(self.max_restarts >= 0 and self.task_retries >= 0, f"{path}.max_restarts", "must be >= 0")
+        check(self.placement_timeout_s > 0, f"{path}.placement_timeout_s", "must be positive")
 
     def custom_resources(self) -> dict[str, float]:
         """Custom resources the stage's actors ask for at once (only a cluster's nodes declare them)."""
@@ -80,8 +86,10 @@ class ResourcesConfig:
         actors = groups * max(1, self.sim_actors // groups)
         if actors == self.sim_actors:
             return self
-        cpus = round(self.sim_actors * self.sim_actor_cpus / actors, 3)
-        return replace(self, sim_actors=actors, sim_actor_cpus=cpus)
+        share = self.sim_actors / actors  # every per-actor reservation shrinks alike: the stage asks for no more
+        cpus = round(self.sim_actor_cpus * share, 3)  # than its configured total, which the cluster was sized for
+        custom = {name: round(amount * share, 4) for name, amount in self.sim_resources.items()}
+        return replace(self, sim_actors=actors, sim_actor_cpus=cpus, sim_resources=custom)
 
     def gpu_demand(self) -> float:
         """GPUs a training stage's actors reserve at once."""
