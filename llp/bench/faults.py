@@ -33,8 +33,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "llp-bench-faults"
 STAGE = "locomotion_teacher"
-SCENARIOS = ("simulator_killed", "stage_crash", "corrupted_checkpoint", "nonfinite", "driver_killed", "node_lost",
-             "tracking_outage")
+SCENARIOS = (
+    "simulator_killed",
+    "stage_crash",
+    "corrupted_checkpoint",
+    "nonfinite",
+    "driver_killed",
+    "node_lost",
+    "tracking_outage",
+)
 
 
 class Launched:
@@ -262,8 +269,12 @@ def scenario_corrupted_checkpoint(b: Bench, at: int, pause: float = 8.0) -> dict
         "recovered": good,
         "recovery_s": b.extra_time(span, pause),
         "iterations_lost": at + 1,  # everything before the crash: the only checkpoint was the damaged one
-        "detail": why or ("the damaged checkpoint was set aside; the stage started again from iteration 0"
-                          if set_aside else "the damaged checkpoint was not reported"),
+        "detail": why
+        or (
+            "the damaged checkpoint was set aside; the stage started again from iteration 0"
+            if set_aside
+            else "the damaged checkpoint was not reported"
+        ),
     }
 
 
