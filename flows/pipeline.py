@@ -509,8 +509,11 @@ def execute_stage(
             st = ledger.stage(stage)
             st["compute_s"] = st.get("compute_s", 0.0) + time.perf_counter() - t0
             ledger.save()
-    except Exception:
+    except Exception as err:
         ledger.stage_update(stage, state="failed", error=traceback.format_exc(limit=3))
+        # the reason on the console too, not only in ledger.json (Prefect retries the stage, or the run stops)
+        print(f"[llp] {stage}: attempt {attempt} failed: {type(err).__name__}: {str(err)[:500]}", file=stream,
+              flush=True)  # fmt: skip
         raise
     except BaseException as err:
         ledger.stage_update(stage, state="interrupted", ended=time.time(), error=repr(err))

@@ -81,6 +81,10 @@ def test_retried_stage_resumes_from_its_mid_stage_checkpoint(services, tmp_path,
     assert sorted(steps) == [0, 1, 2, 3]
     assert [m.step for m in client.get_metric_history(run_id, "checkpoint/iteration")] == [1, 3]
     assert "(resumed)" in result.stdout
+    # why the first attempt failed, on the console (not only in ledger.json)
+    assert "[llp] locomotion_teacher: attempt 1 failed: InjectedFault: injected fault in locomotion_teacher" in (
+        result.stdout
+    )
 
 
 @pytest.mark.fault
