@@ -181,8 +181,12 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
     teacher = ctx.frozen_policy(inputs["policy"])
     envs = {group: student_env(cfg, teacher.spec, group) for group in cfg.groups}
     env_cfg = envs["terrain"]
-    print(f"[llp] {ctx.stage}: learns from {teacher.uri} in groups {list(envs)}, every env through the "
-          f"{'perfect camera' if env_cfg.camera_model.perfect else 'camera model'}", flush=True)  # fmt: skip
+    camera = (
+        "no camera"
+        if "depth" not in env_cfg.observations
+        else ("every env through the " + ("perfect camera" if env_cfg.camera_model.perfect else "camera model"))
+    )
+    print(f"[llp] {ctx.stage}: learns from {teacher.uri} in groups {list(envs)}, {camera}", flush=True)
     ctx.init_ray()
 
     common = dict(envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor, critic=cfg.critic, ppo=cfg.distill)
