@@ -38,3 +38,6 @@ class ColocatedWorker(HostsEnv, HoldsLearner):
 
     def iteration(self) -> dict:
         return train_iteration(self.collector, self.learner)
+
+    def set_teacher_drives(self, share: float) -> None:
+        self.collector.set_teacher_drives(share)

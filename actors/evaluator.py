@@ -26,7 +26,7 @@ class EvaluatorWorker:
     ):
         import torch
 
-        from llp.learn.export import load_program
+        from llp.learn.deployable import load_program
         from llp.sim.env import ParkourEnv
 
         torch.set_num_threads(1)

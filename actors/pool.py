@@ -192,6 +192,8 @@ class TrainingPool:
             raise ValueError(f"a new learning rule must keep num_steps {self.spec.ppo.num_steps}, got {ppo.num_steps}")
         holders = [self.colocated] if self.mode == "colocated" else self.learners
         ray.get([h.set_rule.remote(ppo, fresh_learning_rate) for h in holders])
+        collectors = [self.colocated] if self.mode == "colocated" else self.sims  # who drives: DAgger's beta
+        ray.get([c.set_teacher_drives.remote(ppo.teacher_drives) for c in collectors])
 
     def inject_nonfinite(self, count: int) -> None:
         ray.get(self._holder().inject_nonfinite.remote(count))

@@ -73,6 +73,10 @@ class SimulatorWorker(HostsEnv):
         self.actor, self.critic = build_networks(spec, self.env.obs_dims(), self.env.num_actions)
         self.collector = build_collector(self.env, spec, self.actor, self.critic)
 
+    def set_teacher_drives(self, share: float) -> None:
+        """DAgger's beta for the coming rollouts (a replaced actor starts again from the stage's first rule's)."""
+        self.collector.set_teacher_drives(share)
+
     def collect(self, weights: dict) -> tuple:
         """Load the broadcast weights, roll out ``num_steps`` steps of every env; returns (rollout, metrics)."""
         self.actor.load_state_dict(weights["actor"])

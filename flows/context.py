@@ -7,7 +7,6 @@ started on demand; a progress bar shows iteration, env-steps/s and reward.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -313,6 +312,21 @@ class StageContext:
     def load_policy(self, uri: str):
         return tracking.load_policy(uri)
 
+    def set_tag(self, key: str, value: str) -> None:
+        """A tag on this stage's MLflow run (what a resumed attempt of the stage reads back with ``tag``)."""
+        tracking.set_run_tag(self.mlflow_run_id, key, value)
+
+    def tag(self, key: str) -> str | None:
+        return tracking.run_tag(self.mlflow_run_id, key)
+
+    def tag_version(self, uri: str, key: str, value: str) -> None:
+        """A tag on a registered version (a model or dataset this stage registered)."""
+        tracking.tag_version(uri, key, value)
+
+    def lineage_chain(self, uri: str) -> list[dict[str, str]]:
+        """The registered versions ``uri`` descends from, itself first (``flows.tracking.lineage_chain``)."""
+        return tracking.lineage_chain(uri)
+
     def frozen_policy(self, uri: str):
         """A registered policy as simulator actors host it (a teacher that labels states)."""
         from llp.learn.spec import FrozenPolicy
@@ -443,14 +457,3 @@ def _finite(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return v == v and v not in (float("inf"), float("-inf"))
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, str]:
-    """Nested config -> {'a.b.c': 'value'} for MLflow params."""
-    out: dict[str, str] = {}
-    if isinstance(data, dict):
-        for k, v in data.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-    else:
-        out[prefix.rstrip(".")] = json.dumps(data) if not isinstance(data, str) else data
-    return out

@@ -441,7 +441,8 @@ def execute_stage(
 
     from llp.config.resources import ResourcesConfig
     from llp.flows import tracking
-    from llp.flows.context import StageContext, flatten
+    from llp.flows.context import StageContext
+    from llp.flows.tracking import flatten
     from llp.sim.backend import simulating_on
     from llp.stages.registry import STAGES
 

@@ -63,12 +63,21 @@ def configure(run_root: Path, experiment: str, create: bool = True) -> str:
     return uri
 
 
+def flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """Nested config -> {'a.b.c': 'value'} for MLflow params."""
+    out: dict[str, str] = {}
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix.rstrip(".")] = json.dumps(data) if not isinstance(data, str) else data
+    return out
+
+
 def start_parent_run(experiment: str, name: str, tags: dict[str, str], config: dict) -> str:
     """A pipeline's MLflow run, created RUNNING (its stages nest under it), with the resolved config as
     parameters; ended by ``set_terminated`` when the pipeline ends."""
     from mlflow.entities import Param
-
-    from llp.flows.context import flatten
 
     client = MlflowClient()
     exp = mlflow.get_experiment_by_name(experiment)

@@ -9,7 +9,7 @@ from llp.config.schema import ConfigError, check
 
 def checked_env_config(task: str, robot: str, overrides: dict[str, Any], path: str):
     """The EnvConfig a stage will run, or a ConfigError whose path starts at the stage's config."""
-    from llp.config.files import env_config
+    from llp.sim.tasks import env_config
 
     try:
         return env_config(task, robot, overrides)

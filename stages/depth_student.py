@@ -91,6 +91,12 @@ class DepthStudentConfig:
     envs_per_actor: int = field(default=32, doc="Envs in each simulator actor (every one renders depth).")
     distill_iterations: int = field(default=14000, doc="DAgger iterations (the paper: 14,000).")
     finetune_iterations: int = field(default=1000, doc="PPO fine-tuning iterations after them (the paper: 1,000).")
+    guided_iterations: int = field(
+        default=0,
+        doc="The first distillation iterations run with distill.teacher_drives (DAgger's beta: that share of the "
+        "episodes goes where the teacher takes them, so the student is labelled on states its own actions do not "
+        "reach yet, on top of the box); the rest with the student driving alone.",
+    )
     checkpoint_every: int = field(default=50, doc="Iterations between mid-stage checkpoints.")
     retries: int = field(default=2, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     distill: PPOConfig = field(default_factory=_distill, doc="Learning rule of distillation (rl_coef 0).")
@@ -107,6 +113,11 @@ class DepthStudentConfig:
         check(self.envs_per_actor >= 1, f"{path}.envs_per_actor", "must be >= 1")
         check(self.distill_iterations >= 1, f"{path}.distill_iterations", "must be >= 1")
         check(self.finetune_iterations >= 0, f"{path}.finetune_iterations", "must be >= 0 (0: no fine-tuning)")
+        check(0 <= self.guided_iterations <= self.distill_iterations, f"{path}.guided_iterations",
+              f"must be in [0, distill_iterations ({self.distill_iterations})]")  # fmt: skip
+        check(self.guided_iterations == 0 or self.distill.teacher_drives > 0, f"{path}.distill.teacher_drives",
+              "guided iterations need a teacher that drives some episodes: > 0")  # fmt: skip
+        check(self.finetune.teacher_drives == 0, f"{path}.finetune.teacher_drives", "fine-tuning is RL: 0")
         check(self.checkpoint_every >= 1, f"{path}.checkpoint_every", "must be >= 1")
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         check(self.distill.dagger_coef > 0, f"{path}.distill.dagger_coef", "distillation needs dagger_coef > 0")
@@ -174,6 +185,8 @@ def student_env(cfg: DepthStudentConfig, teacher_spec: dict, group: str = "terra
 
 def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
     """Distil, fine-tune, evaluate; returns {'policy': fine-tuned, 'distilled': before fine-tuning}."""
+    from dataclasses import replace
+
     from llp.actors.pool import TrainingPool
     from llp.learn.phases import Phase
     from llp.learn.spec import EnvGroup, TeacherSpec, TrainSpec
@@ -209,7 +222,13 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
             distilled_uri = _register(ctx, "distilled", pool, env_cfg)
             pool.set_rule(cfg.finetune)
 
-    phases = [Phase("distillation", cfg.distill_iterations, metrics={"phase/finetune": 0.0}),
+    def student_drives(pool, resumed: bool) -> None:  # the rest of distillation: DAgger's beta 0
+        pool.set_rule(replace(cfg.distill, teacher_drives=0.0), fresh_learning_rate=False)
+
+    guided, distill = {"phase/finetune": 0.0, "phase/guided": 1.0}, {"phase/finetune": 0.0, "phase/guided": 0.0}
+    phases = [Phase("guided distillation", cfg.guided_iterations, metrics=guided),  # the pool's first rule
+              Phase("distillation", cfg.distill_iterations - cfg.guided_iterations,
+                    student_drives if cfg.distill.teacher_drives > 0 else None, distill),
               Phase("fine-tuning", cfg.finetune_iterations, finetune, {"phase/finetune": 1.0})]  # fmt: skip
     keys = ("episode/return", "episode/length", "loss/dagger", *(f"group/{g}/episode/length" for g in envs))
     try:
@@ -228,8 +247,6 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
 
 
 def _register(ctx, output: str, pool, env_cfg) -> str:
-    from mlflow import MlflowClient
-
     from llp.learn.export import example_input, export_actor
     from llp.learn.models import Actor
 
@@ -240,14 +257,12 @@ def _register(ctx, output: str, pool, env_cfg) -> str:
     module, spec = export_actor(actor, dims, camera=camera, **deployment_fields(env_cfg))
     uri = ctx.register_policy(output, module, spec.to_dict(), example_input(spec))
     if output == "distilled":
-        MlflowClient().set_tag(ctx.mlflow_run_id, DISTILLED_TAG, uri)
+        ctx.set_tag(DISTILLED_TAG, uri)
     return uri
 
 
 def _recorded_distilled(ctx) -> str:
-    from mlflow import MlflowClient
-
-    uri = MlflowClient().get_run(ctx.mlflow_run_id).data.tags.get(DISTILLED_TAG)
+    uri = ctx.tag(DISTILLED_TAG)
     if uri is None:
         raise RuntimeError(f"{ctx.stage}: resumed in fine-tuning, but the run records no distilled student")
     return uri

@@ -74,7 +74,6 @@ def run(ctx, cfg: ExportConfig, inputs: dict[str, str]) -> dict[str, str]:
     import numpy as np
     import torch
 
-    from llp.flows import tracking
     from llp.learn import deployable as D
     from llp.learn.export import PolicySpec
     from llp.stages.evaluate import EvaluateConfig
@@ -116,7 +115,7 @@ def run(ctx, cfg: ExportConfig, inputs: dict[str, str]) -> dict[str, str]:
         slow = {k: v["median_ms"] for k, v in timing.items() if v["median_ms"] >= cfg.step_budget_ms}
         if slow:
             raise RuntimeError(f"a policy step takes {slow} ms (median, one thread): over {cfg.step_budget_ms} ms")
-        chain = tracking.lineage_chain(uri)
+        chain = ctx.lineage_chain(uri)
         inputs_io, outputs_io = D.io_names(spec)
         meta = {
             "policy": uri,
@@ -141,7 +140,7 @@ def run(ctx, cfg: ExportConfig, inputs: dict[str, str]) -> dict[str, str]:
             step=0,
         )
         out = ctx.register_dataset("deployable", folder)
-    tracking.tag_version(out, "llp.lineage", json.dumps([c["uri"] for c in chain]))
+    ctx.tag_version(out, "llp.lineage", json.dumps([c["uri"] for c in chain]))
     print(f"[llp] export: {out}: ONNX and TorchScript agree with {uri} to {max(checks.values()):.1e}; a step "
           f"takes {timing['onnx']['median_ms']:.2f} ms (ONNX), {timing['torchscript']['median_ms']:.2f} ms "
           f"(TorchScript) on one thread", flush=True)  # fmt: skip

@@ -150,7 +150,11 @@ def stage_config(cfg: PipelineConfig, name: str):
 
 
 def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
-    """Every stage exists, its config is valid, and its inputs come from stages that run before it."""
+    """Every stage exists, its config is valid, its inputs come from stages that run before it, and the physics
+    backend can run here."""
+    from llp.sim.backend import check_backend
+
+    check_backend(cfg.sim.backend, cfg.sim.device, "sim")
     order = list(cfg.stages)
     for name in order:
         check(name in STAGES, f"stages.{name}", f"unknown stage; allowed values: {', '.join(STAGES)}")

@@ -65,8 +65,9 @@ def services(tmp_path_factory):
 
 
 def run_llp(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path | None = None):
-    """Run the real `llp` console script (in the repository's folder unless ``cwd`` says otherwise)."""
-    full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    """Run the real `llp` console script (in the repository's folder unless ``cwd`` says otherwise); a None in
+    ``env`` removes that variable."""
+    full = {k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}.items() if v is not None}
     return subprocess.run(
         [str(BIN / "llp"), *args], cwd=cwd or ROOT, env=full, capture_output=True, text=True, timeout=timeout
     )

@@ -21,8 +21,8 @@ def ray_local(tmp_path_factory):
 
 
 def _env(**overrides):
-    from llp.config.files import env_config
     from llp.config.schema import merge
+    from llp.sim.tasks import env_config
 
     small = {"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}
     return env_config(overrides=merge(small, overrides))
@@ -248,8 +248,8 @@ def test_amp_style_reward_reaches_the_advantages_on_the_ray_path(ray_local, mode
 def test_the_paper_reward_set_loads_and_trains(ray_local):
     """The paper's table unchanged (task locomotion_paper): the pool trains on it and reports its terms."""
     from llp.actors.pool import TrainingPool
-    from llp.config.files import env_config
     from llp.config.resources import ResourcesConfig
+    from llp.sim.tasks import env_config
 
     env = env_config(
         "locomotion_paper", overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from llp.config.files import env_config, named
+from llp.config.files import named
 from llp.config.schema import build
 from llp.motion.amp_data import box_ground, motion_features, policy_transitions
 from llp.sim.robot import RobotConfig, default_joint_positions, load_robot_spec
+from llp.sim.tasks import env_config
 
 
 @pytest.fixture(scope="module")

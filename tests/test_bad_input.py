@@ -161,8 +161,10 @@ def cli_cases(tmp):
         (["refs", str(tmp)], "is neither a reference library (no index.json) nor a pipeline run"),
         (["evaluate", "--model", "notauri"], "expected a models:/ URI, got 'notauri'"),
         (["evaluate", "--model", "stand-still", "--trials", "0"], "--trials must be >= 1"),
-        (["evaluate", "--model", "models:/llp-locomotion-teacher/1", "--set", f"run_root={tmp / 'fresh'}"],
-         "no model registry under"),
+        (
+            ["evaluate", "--model", "models:/llp-locomotion-teacher/1", "--set", f"run_root={tmp / 'fresh'}"],
+            "no model registry under",
+        ),
     ]
 
 
@@ -172,8 +174,11 @@ def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path,
     old.mkdir(parents=True)
     (old / "config.yaml").write_text("{}")
     cases = cli_cases(tmp_path)
+    # a user's fresh machine: an earlier test in this process may have pointed MLflow at its server through the
+    # environment (mlflow.set_tracking_uri sets MLFLOW_TRACKING_URI), which would give `llp evaluate` a registry
+    fresh = {"MLFLOW_TRACKING_URI": None, "PREFECT_API_URL": None, "LLP_INJECT_FAULT": None}
     for args, message in cases:
-        result = llp(*args, timeout=120)
+        result = llp(*args, env=fresh, timeout=120)
         shown = " ".join(a if len(a) < 60 else a[:20] + "..." for a in args)
         assert result.returncode == 2, f"{shown}: rc {result.returncode}\n{result.stderr[-1500:]}"
         assert message in result.stderr, f"{shown}: {result.stderr[-1500:]}"

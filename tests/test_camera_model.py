@@ -106,8 +106,8 @@ def test_the_perfect_camera_reads_an_exact_frame_every_tick():
 def test_a_parkour_env_with_the_camera_model_reads_frames_that_repeat():
     import torch
 
-    from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     overrides = {
         "observations": {"policy": ["proprio", "depth"]},

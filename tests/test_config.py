@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from llp.config.files import env_config
 from llp.config.schema import ConfigError
+from llp.sim.tasks import env_config
 
 
 def error_of(overrides=None, **kw) -> str:

@@ -135,6 +135,9 @@ def test_the_depth_student_ablations_change_only_that_stage_and_what_they_name(n
         ({"actor": {"reconstruct": "policy/nothing"}}, "actor.reconstruct"),
         ({"finetune": {"rl_coef": 0.0, "dagger_coef": 1.0}}, "finetune.rl_coef"),
         ({"actor": {"obs": ["policy/proprio", "cam/depth"]}}, "actor.obs[1]"),
+        ({"guided_iterations": 2, "distill": {"teacher_drives": 0.0}}, "distill.teacher_drives"),
+        ({"guided_iterations": 10**6, "distill": {"teacher_drives": 0.5}}, "guided_iterations"),
+        ({"distill": {"teacher_drives": 1.5}}, "distill.teacher_drives"),
     ],
 )
 def test_a_bad_depth_student_config_names_its_field(override, where):
@@ -217,7 +220,7 @@ def test_the_onnx_file_drives_the_env_in_closed_loop_as_the_registered_student(t
     alone and carries frames and GRU state itself: driving the env, it takes the same actions as the registered
     torch program, step by step, through a reset; a layout that disagrees with the env is refused by name."""
     from llp.learn import deployable as D
-    from llp.learn.export import load_program
+    from llp.learn.deployable import load_program
     from llp.sim.env import ParkourEnv
 
     _, _, policy, spec, env_cfg = _registered_student(tmp_path)
@@ -246,3 +249,51 @@ def test_the_onnx_file_drives_the_env_in_closed_loop_as_the_registered_student(t
     wrong = D.OnnxPolicy(onnx_path.read_bytes(), {**spec.to_dict(), "format": "onnx", "obs_layout": shifted})
     with pytest.raises(ValueError, match=f"{first[0]} is {first[1]} wide, policy.json's obs_layout says"):
         wrong.observe(envs[0].reset())
+
+
+def test_a_teacher_that_drives_takes_whole_episodes_and_the_student_still_learns_their_labels():
+    """DAgger's beta (PPOConfig.teacher_drives): that share of the labelled envs' episodes executes the teacher's
+    action, drawn afresh at each reset, so an episode is the teacher's or the student's from start to end; the
+    labels (and the student's own actions, for its loss) are recorded either way. A rule with PPO refuses it."""
+    from llp.learn.memory import Memory
+
+    class Copier:  # the expert: the action is the cue
+        is_recurrent = False
+
+        def observe(self, obs):
+            return obs["teacher"]["cue"]
+
+        def initial_memory(self, n):
+            return Memory()
+
+        def step(self, frame, memory):
+            return frame[:, :1], memory, None
+
+    class Recorded(CueMemory):  # what the env was asked to execute
+        def step(self, actions):
+            self.executed.append(actions.clone())
+            return super().step(actions)
+
+    def run(share: float):
+        torch.manual_seed(0)
+        env = Recorded(num_envs=32, horizon=4)
+        env.executed = []
+        actor = _student(env.obs_dims(), ["policy/cue"])
+        collector = RolloutCollector(env, actor, None, 16, teachers=[Teacher(Copier(), torch.arange(32))],
+                                     teacher_drives=share)  # fmt: skip
+        rollout = collector.collect()
+        executed = torch.stack(env.executed)  # [T, N, 1]
+        teacher = (executed - rollout.teacher_actions).abs().amax(dim=2) < 1e-6  # [T, N] the teacher's action
+        return rollout, teacher
+
+    rollout, teacher = run(0.0)
+    assert not teacher.any()  # online DAgger: the student always drives
+    rollout, teacher = run(1.0)
+    assert teacher.all() and not torch.equal(rollout.actions, rollout.teacher_actions)  # the student's own kept
+    rollout, teacher = run(0.5)
+    episodes = teacher.reshape(4, 4, 32)  # 16 steps = 4 episodes of 4 steps, every env in step
+    assert torch.equal(episodes.all(dim=1), episodes.any(dim=1))  # each episode is wholly one driver's
+    share = float(episodes[:, 0].float().mean())
+    assert 0.3 < share < 0.7
+    with pytest.raises(ConfigError, match="teacher_drives"):
+        build(PPOConfig, {"rl_coef": 1.0, "dagger_coef": 1.0, "teacher_drives": 0.5})

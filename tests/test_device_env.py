@@ -20,9 +20,9 @@ N = 6
 
 
 def _cfg(**overrides):
-    from llp.config.files import env_config
     from llp.config.schema import merge
     from llp.sim.backend import simulating_on
+    from llp.sim.tasks import env_config
 
     small = {"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}
     with simulating_on("warp", "cpu"):
@@ -166,8 +166,8 @@ def test_depth_images_are_the_exact_geometrys_as_the_host_envs_mujoco_depth_back
 
 
 def test_a_camera_model_and_the_wrong_backend_are_named_before_anything_is_built():
-    from llp.config.files import env_config
     from llp.sim.device_env import DeviceParkourEnv
+    from llp.sim.tasks import env_config
 
     with pytest.raises(ValueError, match="renders a perfect camera only: set camera_model.perfect"):
         DeviceParkourEnv(_cfg(observations={"policy": ["proprio", "depth"]}, camera_model={"perfect": False}), 2)

@@ -35,7 +35,7 @@ def test_wilson_interval_matches_hand_computed_values(k, n, low, high):
 
 
 def test_every_paper_height_is_a_setting():
-    from llp.config.files import env_config
+    from llp.sim.tasks import env_config
 
     cfg = env_config(overrides={"terrain": {"tile_types": ["climb", "vault", "flat"], "num_levels": 5}})
     levels = evaluation_levels(cfg.terrain)
@@ -92,9 +92,9 @@ def test_the_report_says_where_goal_trials_ended_per_outcome():
 def test_goal_trials_on_the_simulator_record_the_distance_left_to_the_goal():
     """Standing still on a climb tile: stuck (or fallen) near the spawn, with the whole approach and the platform
     still to go; the distance left and the progress made add up to the spawn's distance from the goal."""
-    from llp.config.files import env_config
     from llp.evaluation.trials import StandStill, TrialRules, run_trials
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     cfg = env_config(
         overrides={
@@ -119,9 +119,9 @@ def test_goal_trials_on_the_simulator_record_the_distance_left_to_the_goal():
 
 def test_trials_on_the_simulator_end_exactly_once_and_standing_still_scores_the_standing_kernel():
     """More trials than envs (waves), every trial one record; a robot standing still tracks like one."""
-    from llp.config.files import env_config
     from llp.evaluation.trials import StandStill, TrialRules, run_trials
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     cfg = env_config(
         overrides={
@@ -172,9 +172,9 @@ def test_gait_strip_of_the_stand_still_baseline(tmp_path, llp):
 def test_a_trial_ends_the_same_whichever_waves_its_env_ran_before():
     """Evaluator actors share one env seed and every wave reseeds the env (spawns, commands, camera model), so a
     trial's record does not depend on which actor ran it or in which order: the same trials give the same report."""
-    from llp.config.files import env_config
     from llp.evaluation.trials import StandStill, TrialRules, run_trials
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     small = {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0, "border": 1.0}
     cfg = env_config(overrides={

@@ -37,3 +37,97 @@ def test_actors_do_not_import_prefect_or_mlflow():
     for path in (ROOT / "actors").rglob("*.py"):
         bad = [n for n in _imports(path) if n.split(".")[0] in ("prefect", "mlflow") or n.startswith("llp.flows")]
         assert bad == [], path
+
+
+# Each package imports only packages of a lower layer (or itself), lazily imported names included.
+LAYERS = {"config": 0, "infra": 0, "sim": 1, "evaluation": 2, "motion": 3, "learn": 4, "actors": 5, "stages": 6,
+          "flows": 7, "bench": 8, "cli": 9}  # fmt: skip
+FOLDERS = {"llp/config": "config", "infra": "infra", "llp/sim": "sim", "llp/evaluation": "evaluation",
+           "llp/motion": "motion", "llp/learn": "learn", "actors": "actors", "stages": "stages", "flows": "flows",
+           "llp/bench": "bench"}  # fmt: skip
+
+
+def _package(module: str) -> str | None:
+    """The layer of an llp module name: llp.<package>[.<module>] (llp.cli is its own)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "llp" and len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _module_files() -> dict[str, Path]:
+    """Every module of the llp namespace -> its file (flows/, actors/, stages/ and infra/ install under llp.)."""
+    out = {}
+    for folder, prefix in (("llp", "llp"), ("flows", "llp.flows"), ("actors", "llp.actors"), ("stages", "llp.stages"),
+                           ("infra", "llp.infra")):  # fmt: skip
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(ROOT / folder).with_suffix("").parts if p != "__init__"]
+            out[".".join([prefix, *parts])] = path
+    return out
+
+
+def test_no_import_runs_back_up_the_layers():
+    wrong = []
+    for folder, layer in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            for name in _imports(path):
+                target = _package(name)
+                if target and target != layer and LAYERS[target] > LAYERS[layer]:
+                    wrong.append(f"{path.relative_to(ROOT)} ({layer}) imports {name} ({target})")
+    assert wrong == []
+
+
+def test_no_modules_import_each_other_in_a_cycle():
+    import sys
+
+    files = _module_files()
+    graph = {}
+    for module, path in files.items():
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        graph[module] = {n for n in names if n in files and n != module}
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    assert cycles == []
+
+
+def test_stages_reach_mlflow_and_the_flow_only_through_their_context():
+    for path in (ROOT / "stages").rglob("*.py"):
+        bad = [n for n in _imports(path) if n.split(".")[0] in ("mlflow", "prefect") or n.startswith("llp.flows")]
+        assert bad == [], path
+
+
+def test_the_layer_checks_catch_what_they_are_for(tmp_path):
+    """The checks above read what they claim to: a back-up arrow and a two-module cycle are seen."""
+    up = tmp_path / "up.py"
+    up.write_text("def f():\n    from llp.stages.registry import STAGES\n")
+    assert "llp.stages.registry" in _imports(up) and LAYERS[_package("llp.stages.registry")] > LAYERS["config"]
+    assert _package("llp.cli") == "cli" and _package("numpy") is None
+    assert {"llp.flows.context", "llp.stages.registry", "llp.learn.phases"} <= set(_module_files())

@@ -54,9 +54,9 @@ def _expert(seed: int, uri: str):
 def _groups():
     """The merge's two kinds of group, small: terrain courses (every joint driven) and the climb seed's course
     in the terrain env's proprioception, from a standing start."""
-    from llp.config.files import env_config
     from llp.motion.seeds import seed_reference, seed_spec
     from llp.motion.tracking import TrackingEnvConfig, tracking_task
+    from llp.sim.tasks import env_config
     from llp.stages.merge import skill_group_overrides
 
     terrain = env_config(overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}})
@@ -376,10 +376,10 @@ def test_a_pool_trains_expert_groups_by_dagger_beside_an_rl_group_with_an_amp_pr
     from dataclasses import replace
 
     from llp.actors.pool import TrainingPool
-    from llp.config.files import env_config
     from llp.config.resources import ResourcesConfig
     from llp.learn.configs import AMPConfig, CriticConfig
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec
+    from llp.sim.tasks import env_config
 
     spec, _ = _spec()
     small = {"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}}
@@ -462,7 +462,7 @@ def test_a_registered_policy_s_program_gives_an_actor_its_network_and_normaliser
 def test_course_trials_judge_the_course_the_policy_trained_on():
     """The transition stage's course evaluations keep the course's tiles, commands and randomization, and start
     every trial from the evaluation's own range instead of the start curriculum."""
-    from llp.config.files import env_config
+    from llp.sim.tasks import env_config
     from llp.stages.transition import TransitionConfig, course_trials_env
 
     default = TransitionConfig().course_env
@@ -482,8 +482,8 @@ def test_the_skill_groups_train_under_the_course_conditions_and_the_course_start
     """The skill's phase B and the merge's and transition's skill groups draw the transition course's friction and
     its sideways spawn (goal tiles: half the spawn jitter to each side), the conditions the skill meets on the course;
     the course's start curriculum begins where the skill's motion starts, 0.45 m before the box."""
-    from llp.config.files import env_config
     from llp.config.pipeline import load_pipeline
+    from llp.sim.tasks import env_config
     from llp.stages.merge import MergeConfig
     from llp.stages.registry import stage_config
     from llp.stages.skill_expert import SkillExpertConfig

@@ -121,8 +121,8 @@ def test_term_parameters_are_what_config_accepts(name):
     leave any out), and refuses any other name for that term."""
     import inspect
 
-    from llp.config.files import env_config
     from llp.config.schema import ConfigError
+    from llp.sim.tasks import env_config
 
     params = R.term_parameters(name)
     make = R.REWARD_TERMS[name].make
@@ -164,8 +164,8 @@ def test_heading_error_is_zero_without_a_heading_command():
 def test_env_marks_standing_envs_as_having_no_heading():
     import torch
 
-    from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     cfg = env_config(
         overrides={
@@ -222,7 +222,7 @@ def test_termination_alive_orientation_and_joint_deviation_by_hand():
 
 
 def test_the_default_task_extends_the_paper_set_and_the_paper_set_is_the_paper_s_table():
-    from llp.config.files import env_config
+    from llp.sim.tasks import env_config
 
     paper, shaped = env_config("locomotion_paper"), env_config("locomotion")
     assert {n: t.weight for n, t in paper.rewards.items()} == {
@@ -268,8 +268,8 @@ def test_feet_slide_sums_the_horizontal_speed_of_loaded_feet():
 def test_the_gait_clock_advances_at_the_stride_frequency_with_the_feet_half_a_cycle_apart():
     import torch
 
-    from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     cfg = env_config("locomotion", overrides={"terrain": {"num_levels": 1, "tile_length": 6.0, "tile_width": 6.0}})
     env = ParkourEnv(cfg, 2, seed=0)
@@ -293,8 +293,8 @@ def test_goal_terms_reward_the_step_that_reaches_the_goal_and_the_speed_towards_
 def test_env_measures_goal_approach_as_the_distance_gained_each_step_and_nothing_off_goal_tiles():
     import torch
 
-    from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     terrain = {"num_levels": 1, "tile_length": 6.0, "tile_width": 6.0, "border": 1.0, "tile_types": ["climb", "flat"]}
     rewards = {"goal_approach": {"weight": 1.0}, "goal_reached": {"weight": 10.0}}

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from llp.config.files import env_config
 from llp.sim.env import ParkourEnv
 from llp.sim.sensors import DepthCamera, DepthCameraConfig
+from llp.sim.tasks import env_config
 
 QUIET = {
     "randomization": {
@@ -211,8 +211,8 @@ def test_parkour_env_meets_the_backend_contract():
 def test_curriculum_measures_progress_against_the_integrated_command():
     """Up after 40% of a tile; down when the robot got under half as far as its commands (integrated in the
     world frame, so a heading command that turned it counts by where it pointed) would carry it."""
-    from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     cfg = env_config("locomotion", overrides={"terrain": {"num_levels": 3, "tile_length": 8.0, "tile_width": 8.0}})
     env = ParkourEnv(cfg, 4, seed=0)

@@ -164,8 +164,8 @@ class _Stand:
 
 
 def test_recording_keeps_every_kth_step_of_envs_past_the_warm_up():
-    from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     flat = {"terrain": {"tile_types": ["flat"], "num_levels": 1}}
     env = ParkourEnv(env_config("locomotion", "lightbot0_like", flat), 4, seed=0)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from llp.config.files import env_config
 from llp.config.schema import ConfigError, merge
 from llp.sim.env import ParkourEnv
+from llp.sim.tasks import env_config
 from tests.test_sim import QUIET
 
 FLAT = {"terrain": {"tile_types": ["flat"], "num_levels": 1}}

@@ -43,10 +43,10 @@ def _sync(device: torch.device) -> None:
 
 
 def _env(num_envs: int, device: str, seed: int, on_device: bool = True):
-    from llp.config.files import env_config
     from llp.sim.backend import simulating_on
     from llp.sim.device_env import DeviceParkourEnv
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     with simulating_on("warp", device):
         cfg = env_config(overrides={"robot": {"policy_joints": [".*(hip|knee|ankle).*"]}})

@@ -36,10 +36,10 @@ def _rollout_rates(envs: int, rounds: int) -> tuple[float, float]:
     """Aggregate rollout env-steps/s of one simulator actor and of two in parallel, measured in alternating
     rounds on the same two actors so that machine noise hits both alike."""
     from llp.actors.pool import TrainingPool
-    from llp.config.files import env_config
     from llp.config.resources import ResourcesConfig
     from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
     from llp.learn.spec import TrainSpec
+    from llp.sim.tasks import env_config
 
     spec = TrainSpec(
         env=env_config(),

@@ -31,8 +31,8 @@ TERMS = [ref.split("/")[1] for ref in OBS]
 
 
 def _env(num_envs: int, seed: int):
-    from llp.config.files import env_config
     from llp.sim.env import ParkourEnv
+    from llp.sim.tasks import env_config
 
     return ParkourEnv(env_config(), num_envs, seed=seed)
 

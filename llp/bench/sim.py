@@ -17,8 +17,8 @@ import time
 import numpy as np
 import torch
 
-from llp.config.files import env_config
 from llp.sim.env import ParkourEnv
+from llp.sim.tasks import env_config
 
 
 def _time_blocks(fn_a, fn_b, block: int, rounds: int, clock=time.process_time) -> tuple[float, float]:

@@ -1,14 +1,13 @@
-"""Where the YAML configs live and how a task config is assembled from them."""
+"""Where the YAML configs live and how they are read (a task config is assembled by llp.sim.tasks)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from llp.config.schema import ConfigError, build, merge
+from llp.config.schema import ConfigError, merge
 
 CONF_DIR = Path(os.environ.get("LLP_CONF_DIR", Path(__file__).resolve().parents[2] / "conf"))
 
@@ -71,14 +70,3 @@ def named(kind: str, name: str, _seen: tuple[str, ...] = ()) -> dict:
     if base in (*_seen, name):
         raise ConfigError(str(path), f"'extends: {base}' makes a cycle")
     return merge(named(kind, base, (*_seen, name)), data)
-
-
-def env_config(task: str = "locomotion", robot: str = "lightbot0_like", overrides: dict[str, Any] | None = None):
-    """The EnvConfig of ``task`` on ``robot`` with ``overrides`` deep-merged on top."""
-    from llp.sim.backend import sim_defaults
-    from llp.sim.config import EnvConfig
-
-    data = merge(named("task", task), {"robot": named("robot", robot), **sim_defaults()})
-    if overrides:
-        data = merge(data, overrides)
-    return build(EnvConfig, data)

@@ -32,11 +32,7 @@ class SimConfig:
         "warp: MuJoCo Warp, every env a world of one model, on the CPU or a GPU (README: the backend table).",
     )
     device: str = field(default="cpu", doc="Where the warp backend runs: cpu, cuda or cuda:N.")
-
-    def validate(self, path: str) -> None:
-        from llp.sim.backend import check_backend
-
-        check_backend(self.backend, self.device, path)
+    # whether this backend can run here is checked with the stages (llp.stages.registry.check_pipeline)
 
 
 @dataclass(kw_only=True)

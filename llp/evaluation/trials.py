@@ -39,13 +39,18 @@ class StandStill:
         return None
 
     def initial_memory(self, num_envs: int):
-        from llp.learn.memory import Memory
-
         self.num_envs = num_envs
-        return Memory()
+        return _Nothing()
 
     def step(self, frame, memory):
         return torch.zeros(self.num_envs, self.num_actions), memory, None
+
+
+class _Nothing:
+    """The memory of a policy that remembers nothing: a reset leaves it as it is."""
+
+    def reset(self, done) -> _Nothing:
+        return self
 
 
 @dataclass(frozen=True)

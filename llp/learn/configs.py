@@ -87,6 +87,12 @@ class PPOConfig:
     rl_coef: float = field(default=1.0, doc="lambda_RL: weight of the PPO loss (0 = pure DAgger).")
     dagger_coef: float = field(default=0.0, doc="Weight of the DAgger loss (needs teachers).")
     balance_groups: bool = field(default=False, doc="DAgger: weight each expert group equally (see dagger.py).")
+    teacher_drives: float = field(
+        default=0.0,
+        doc="DAgger's beta (Ross et al., 2011): the share of episodes, drawn per labelled env at each reset, in "
+        "which the env executes the teacher's action instead of the student's; the student learns from the "
+        "labels of every state either way. 0: the student always drives (online DAgger).",
+    )
     recon_coef: float = field(default=0.0, doc="Weight of the reconstruction loss (needs a decoder).")
     bptt_length: int | None = field(
         default=None, doc="Truncated BPTT window for recurrent actors (divides num_steps); null = the whole rollout."
@@ -119,6 +125,10 @@ class PPOConfig:
         check(self.schedule in ("adaptive", "fixed"), f"{p}schedule", "allowed values: 'adaptive', 'fixed'")
         check(self.rl_coef >= 0 and self.dagger_coef >= 0, f"{p}rl_coef", "coefficients must be >= 0")
         check(self.rl_coef > 0 or self.dagger_coef > 0, f"{p}rl_coef", "rl_coef and dagger_coef cannot both be 0")
+        check(0.0 <= self.teacher_drives <= 1.0, f"{p}teacher_drives", "a share of episodes: in [0, 1]")
+        check(self.teacher_drives == 0 or (self.rl_coef == 0 and self.dagger_coef > 0), f"{p}teacher_drives",
+              "a teacher that drives is a DAgger rule (rl_coef 0, dagger_coef > 0): PPO would learn from actions "
+              "its policy did not take")  # fmt: skip
         if self.bptt_length is not None:
             check(
                 self.bptt_length >= 1 and self.num_steps % self.bptt_length == 0,

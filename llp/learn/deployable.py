@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from llp.learn.export import PolicySpec, fresh_memory
+from llp.learn.export import PolicySpec, fresh_memory, load_pt2
 from llp.learn.memory import Memory, stack_frames
 
 
@@ -207,3 +207,11 @@ class OnnxPolicy:
         out = self.session.run(None, feed)
         hidden = torch.from_numpy(out[1]) if self.is_recurrent else None
         return torch.from_numpy(out[0]), Memory(frames=memory.frames, fresh=memory.fresh, hidden=hidden), None
+
+
+def load_program(program: bytes, spec: dict):
+    """A policy behind the rollout interface from its program's bytes and spec: a torch.export program, or the
+    deployable ONNX file (``spec['format'] == 'onnx'``), which then runs in onnxruntime as on a robot."""
+    if spec.get("format", "pt2") == "onnx":
+        return OnnxPolicy(program, spec)
+    return load_pt2(program, spec)

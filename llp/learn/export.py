@@ -166,13 +166,3 @@ def load_pt2(program: bytes, spec: dict) -> LoadedPolicy:
 
     module = torch.export.load(io.BytesIO(program)).module()
     return LoadedPolicy(module, PolicySpec(**spec))
-
-
-def load_program(program: bytes, spec: dict):
-    """A policy behind the rollout interface from its program's bytes and spec: a torch.export program, or the
-    deployable ONNX file (``spec['format'] == 'onnx'``), which then runs in onnxruntime as on a robot."""
-    if spec.get("format", "pt2") == "onnx":
-        from llp.learn.deployable import OnnxPolicy
-
-        return OnnxPolicy(program, spec)
-    return load_pt2(program, spec)

@@ -250,6 +250,7 @@ def build_collector(env, spec: TrainSpec, actor: Actor, critic: Critic | None) -
         reward_groups=spec.reward_groups,
         amp_refs=(spec.amp.features, spec.amp.progress) if spec.amp is not None else None,
         recon_ref=spec.actor.reconstruct,
+        teacher_drives=spec.ppo.teacher_drives,
     )
 
 

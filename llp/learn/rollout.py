@@ -99,6 +99,7 @@ class RolloutCollector:
         reward_groups: list[list[str]] | None = None,
         amp_refs: tuple[str, str] | None = None,
         recon_ref: str | None = None,
+        teacher_drives: float = 0.0,
     ):
         self.env, self.actor, self.critic = env, actor, critic
         self.num_steps = num_steps
@@ -139,6 +140,20 @@ class RolloutCollector:
             self._labelled[teacher.env_ids] = True
         self._num_labelled = int(self._labelled.sum())  # (once: asked every step it would wait for a GPU)
         self._any_labelled = self._num_labelled > 0
+        self.set_teacher_drives(teacher_drives)
+
+    def set_teacher_drives(self, share: float) -> None:
+        """From now on, ``share`` of the labelled envs' episodes are driven by their teacher (DAgger's beta):
+        drawn afresh for every env now and at each of its resets."""
+        self.teacher_drives = float(share)
+        self._driven = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.device)
+        self._draw_driven(torch.ones_like(self._driven))
+
+    def _draw_driven(self, envs: torch.Tensor) -> None:
+        if self.teacher_drives <= 0.0:  # (no draw at all: a student that always drives uses no random numbers)
+            return
+        draw = (torch.rand(self.env.num_envs, device=self.device) < self.teacher_drives) & self._labelled
+        self._driven = torch.where(envs, draw, self._driven)
 
     def _values(self, obs) -> torch.Tensor:
         if self.critic is None:
@@ -199,7 +214,10 @@ class RolloutCollector:
                 progress.append(gather(obs, [self.amp_refs[1]])[:, 0])
             c_obs = self.critic.observe(obs) if self.critic is not None else frame
             value = self._values(obs)
-            result = env.step(action)
+            executed = action
+            if self.teacher_drives > 0.0 and self.teachers:  # these episodes go where the teacher takes them
+                executed = torch.where(self._driven[:, None], label, action)
+            result = env.step(executed)
             done = result.terminated | result.truncated
             fv = torch.zeros_like(value)
             # (on a GPU every step: asking whether any env was truncated would wait for the device)
@@ -226,6 +244,7 @@ class RolloutCollector:
                 self.end_counts[cause] = self.end_counts.get(cause, 0) + int(count)
             self.term_count += 1
             self.memory = self.memory.reset(done)
+            self._draw_driven(done)
             for k, teacher in enumerate(self.teachers):
                 self.teacher_memory[k] = self.teacher_memory[k].reset(done[teacher.env_ids])
             self.obs = result.obs
@@ -265,6 +284,8 @@ class RolloutCollector:
             out.update({f"episode_ends/{k}": v / ended for k, v in self.end_counts.items()})
         if self.label_steps:  # mean squared error per joint between the student's action mean and its label
             out["dagger/label_error"] = float(self.label_error) / self.label_steps
+        if self.teacher_drives > 0.0:
+            out["dagger/teacher_drives"] = self.teacher_drives
         self.stats.clear()
         self.term_sums, self.term_count, self.end_counts = {}, 0, {}
         self.label_error, self.label_steps = 0.0, 0

@@ -30,7 +30,7 @@ class FrozenPolicy:
     spec: dict
 
     def load(self):
-        from llp.learn.export import load_program
+        from llp.learn.deployable import load_program
 
         return load_program(self.program, self.spec)
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from llp.config.files import env_config  # noqa: E402
+from llp.sim.tasks import env_config  # noqa: E402
 from llp.sim.terrain import TILE_TYPES, generate_terrain  # noqa: E402
 
 
