@@ -29,7 +29,8 @@ from llp.infra.services import Service, prefect_env, start_prefect
 ROOT = Path(__file__).resolve().parents[1]
 # what a stage computes depends on the science, config and stage code, and on the task and robot files its
 # config names by reference (conf/task/<task>.yaml, conf/robot/<robot>.yaml)
-CODE_DIRS = ("llp/sim", "llp/learn", "llp/config", "stages", "actors", "conf/task", "conf/robot")
+CODE_DIRS = ("llp/sim", "llp/learn", "llp/motion", "llp/evaluation", "llp/config", "llp/skills", "stages", "actors",
+             "conf/task", "conf/robot")
 
 
 def code_version() -> str:

@@ -405,7 +405,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from llp.flows.progress import ProgressBar
     from llp.infra.ray_runtime import check_local_ray, init_ray, shutdown_ray
-    from llp.stages.evaluate import EvaluateConfig, evaluate_policy
+    from llp.skills.protocol import EvaluateConfig, evaluate_policy
     from llp.stages.registry import stage_config
 
     cfg = _load(args)
@@ -556,7 +556,7 @@ def _render_gait(args: argparse.Namespace) -> int:
     from llp.flows import tracking
     from llp.learn.export import load_pt2
     from llp.sim.env import ParkourEnv
-    from llp.stages.evaluate import EvaluateConfig
+    from llp.skills.protocol import EvaluateConfig
     from llp.stages.registry import stage_config
 
     if not args.model:
@@ -654,7 +654,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     """A video of a registered policy (or the stand-still baseline) on one tile, rendered offscreen."""
     from pathlib import Path
 
-    from llp.stages.evaluate import EvaluateConfig
+    from llp.skills.protocol import EvaluateConfig
     from llp.stages.registry import stage_config
 
     out = Path(args.out)

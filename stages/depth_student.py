@@ -21,8 +21,8 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.skills.protocol import EvaluateConfig, course_protocol
 from llp.stages.common import check_network_obs, checked_env_config, deployment_fields, transition_course
-from llp.stages.evaluate import EvaluateConfig, course_protocol
 
 DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distilled student, for a resumed stage
 
@@ -277,7 +277,7 @@ def _plain(cfg) -> dict:
 def _evaluate(ctx, cfg: DepthStudentConfig, policies: dict[str, str]) -> None:
     """Every policy on the same fresh trials (one seed); metrics eval/<who>/..., a table and a picture."""
     from llp.evaluation.pictures import comparison_figure
-    from llp.stages.evaluate import evaluate_policy
+    from llp.skills.protocol import evaluate_policy
 
     reports = {}
     for who, uri in policies.items():

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llp.config.schema import check, field
-from llp.stages.evaluate import EvaluateConfig, course_protocol
+from llp.skills.protocol import EvaluateConfig, course_protocol
 
 # the policies judged, in the order of the report: role -> (config field naming the stage, the stage's output)
 ROLES = {"teacher": ("teacher", "policy"), "student": ("student", "policy"), "deployable": ("deployable", "deployable")}
@@ -73,7 +73,7 @@ def run(ctx, cfg: FinalEvaluationConfig, inputs: dict[str, str]) -> dict[str, st
     the stage's MLflow run. Returns {} (metrics and pictures only)."""
     from llp.evaluation.pictures import comparison_figure
     from llp.motion.library import accepted_heights
-    from llp.stages.evaluate import evaluate_policy
+    from llp.skills.protocol import evaluate_policy
 
     protocol = cfg.protocol
     if "library" in inputs and protocol.courses:

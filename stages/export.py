@@ -76,7 +76,7 @@ def run(ctx, cfg: ExportConfig, inputs: dict[str, str]) -> dict[str, str]:
 
     from llp.learn import deployable as D
     from llp.learn.export import PolicySpec
-    from llp.stages.evaluate import EvaluateConfig
+    from llp.skills.protocol import EvaluateConfig
 
     uri = inputs["policy"]
     frozen = ctx.frozen_policy(uri)

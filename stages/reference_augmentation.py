@@ -22,6 +22,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.skills.trials import run_trials
 from llp.stages.common import check_network_obs
 
 # physics rollouts are checked with twice the IK's tolerances: soft contacts sink about 1 cm, joints overshoot
@@ -234,29 +235,6 @@ def _train_round(ctx, cfg, env_cfg, r: int, iterations: int, it0: int, state_pat
     finally:
         pool.close()
     return actor, state_path, history
-
-
-def run_trials(env_cfg, actor, trials: int, seed: int) -> list[dict]:
-    """``trials`` rollouts of the deterministic policy from the reference's first frame (with the start noise
-    of training); one record each: success, fell, frames, tracking error, the trajectory."""
-    import torch
-
-    from llp.motion.tracking_env import TrackingEnv
-
-    env = TrackingEnv(env_cfg, trials, seed=seed)
-    obs = env.start_trials()
-    memory = actor.initial_memory(trials)
-    done = set()
-    with torch.no_grad():
-        while len(done) < trials:
-            mean, memory, _ = actor.step(actor.observe(obs), memory)
-            result = env.step(mean)
-            obs = result.obs
-            done |= {rec["env"] for rec in env.finished}
-    first = {}
-    for rec in env.finished:  # each env's first episode is its trial
-        first.setdefault(rec["env"], rec)
-    return [first[e] for e in sorted(first)]
 
 
 def _pictures(ctx, library, robot_cfg, root) -> None:

@@ -32,9 +32,10 @@ from typing import Any
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.motion.walking_states import WalkingStatesConfig
+from llp.skills.groups import STUDENT_OBS, lanes_env, walking_states
+from llp.skills.library import course_conditions, skill_references
+from llp.skills.trials import WALK_IN_UNHELD_Z, DefaultPose, lead_in_reach, lead_in_words, success_by_lead_in
 from llp.stages.common import check_network_obs, tracking_deployment_fields
-
-STUDENT_OBS = ["policy/proprio", "policy/height_scan", "policy/command"]
 
 
 def _env() -> dict[str, Any]:
@@ -60,45 +61,6 @@ def _critic() -> CriticConfig:
 
 def _ppo() -> PPOConfig:
     return PPOConfig(rl_coef=1.0, dagger_coef=1.0, learning_rate=5e-4, schedule="fixed")
-
-
-WALK_IN_UNHELD_Z = 1.0  # m: a height error the walk-in evaluation tolerates (the robot's own height is ~0.7 m)
-LEAD_IN_BANDS = 3  # trials that start behind the motion's start: their success per third of that distance
-
-
-def success_by_lead_in(trials: list[dict], reach: float, bands: int = LEAD_IN_BANDS) -> dict[str, float]:
-    """The share of ``trials`` (trial records) that succeed per equal band of their distance behind the motion's
-    start (``lead_in_m``), 0 to ``reach`` m, nearest first: {"0.00-0.12 m": rate, ...}; a band no trial started
-    in is left out; none without a distance (``reach`` 0)."""
-    if reach <= 0:
-        return {}
-    edges = [reach * k / bands for k in range(bands + 1)]
-    out = {}
-    for k in range(bands):
-        lo, hi = edges[k], edges[k + 1]
-        inside = [t for t in trials if lo <= t["lead_in_m"] < hi or (k == bands - 1 and t["lead_in_m"] >= hi)]
-        if inside:
-            out[f"{lo:.2f}-{hi:.2f} m"] = sum(t["success"] for t in inside) / len(inside)
-    return out
-
-
-def lead_in_reach(task) -> float:
-    """How far behind the motion's start a tracking task's trials may begin (standing or walking), m."""
-    return max(task.lead_in_m, task.walking_lead_in_m)
-
-
-def lead_in_words(by_band: dict[str, float]) -> str:
-    """``success_by_lead_in``'s bands for a log line ("" without any)."""
-    if not by_band:
-        return ""
-    return "; by distance behind the start: " + ", ".join(f"{b} {100 * r:.0f}%" for b, r in by_band.items())
-
-
-# The locomotion task's friction and the course's sideways spawn, which the skill meets on the transition course:
-# trained without them, the merged student climbed from the skill's start on the course in 37.5% of 40 trials,
-# with them 82.5% (README, "Transition training", chain-r)
-def course_conditions() -> dict[str, Any]:
-    return {"friction": [0.5, 1.25], "lateral_m": 0.15}
 
 
 def _phase_b_env() -> dict[str, Any]:
@@ -197,29 +159,6 @@ class SkillExpertConfig:
             )
 
 
-def skill_references(library_dir, skill: str) -> list:
-    """The accepted physics-tracked library entries of ``skill`` (with their motions), lowest obstacle first."""
-    from pathlib import Path
-
-    from llp.motion.library import INDEX, ReferenceLibrary
-
-    index = next(Path(library_dir).rglob(INDEX), None)
-    if index is None:
-        raise ValueError(f"{library_dir}: no reference library ({INDEX}) in the input dataset")
-    library = ReferenceLibrary(index.parent)
-    accepted = [e for e in library.entries if e.skill == skill and e.accepted and e.round > 0]
-    if not accepted:
-        have = sorted({f"{e.skill} ({e.id}, {'accepted' if e.accepted else 'rejected'})" for e in library.entries})
-        raise ValueError(f"the reference library has no accepted physics-tracked {skill!r} entry (it has {have})")
-    accepted.sort(key=lambda e: (e.obstacle.height, e.round))
-    return [library.get(e.id, with_motion=True) for e in accepted]
-
-
-def hardest_reference(library_dir, skill: str):
-    """The accepted library entry of ``skill`` with the tallest obstacle (with its motion)."""
-    return skill_references(library_dir, skill)[-1]
-
-
 def skill_env(cfg: SkillExpertConfig, ref, tracker_spec: dict | None = None):
     """The training env around ``ref``: the motion its tracker was trained on (the round's raised proposal; the
     tracker does not follow its own rollout kept as the entry's motion); with ``tracker_spec``, checks that it
@@ -249,39 +188,6 @@ def generalization_env(cfg: SkillExpertConfig, refs: list, walking_states=None):
 
     task = tracking_task(cfg.task, cfg.robot, merge(cfg.env, cfg.generalization.env))
     return lanes_env(task, refs, walking_states)
-
-
-def lanes_env(task, refs: list, walking_states=None):
-    """The tracking env of ``task`` with one lane per reference (its physics rollout over its box), and the
-    teacher's recorded walk for walking starts."""
-    from llp.motion.tracking import Lane, TrackingEnvConfig
-
-    lanes = [Lane(r.qpos, r.obstacle, r.contacts, r.id) for r in refs]
-    first = lanes[0]
-    return TrackingEnvConfig(task=task, qpos=first.qpos, fps=refs[0].fps, obstacle=first.obstacle,
-                             contacts=first.contacts, reference_id=first.reference_id, lanes=lanes[1:],
-                             walking_states=walking_states)  # fmt: skip
-
-
-def walking_states(ctx, teacher_uri: str | None, cfg: WalkingStatesConfig, robot: str, path: str):
-    """The teacher's recorded walk (``llp.motion.walking_states``), or None without a teacher; its size and pace
-    go to the stage's run as params."""
-    if not teacher_uri:
-        return None
-    import numpy as np
-
-    from llp.motion.walking_states import forward_speed
-    from llp.stages.common import teacher_walking_states
-
-    teacher = ctx.frozen_policy(teacher_uri)
-    states = teacher_walking_states(teacher, cfg, "locomotion", robot, ctx.seed, path)
-    pace = forward_speed(states)
-    ctx.log_metrics({"walking_states/count": float(len(states)), "walking_states/speed_median": float(np.median(pace)),
-                     "walking_states/speed_p05": float(np.percentile(pace, 5)),
-                     "walking_states/speed_p95": float(np.percentile(pace, 95))}, step=0)  # fmt: skip
-    print(f"[llp] {ctx.stage}: {len(states)} walking states of {teacher.uri}, forward speed "
-          f"{np.percentile(pace, 5):.2f}-{np.percentile(pace, 95):.2f} m/s (5-95%)", flush=True)  # fmt: skip
-    return states
 
 
 def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
@@ -412,24 +318,6 @@ def _register(ctx, actor, dims, env_cfg) -> str:
     return ctx.register_policy("policy", module, spec.to_dict(), example_input(spec))
 
 
-class DefaultPose:
-    """The default pose held under PD: actions of 0 in an env whose actions offset the default pose."""
-
-    def __init__(self, num_actions: int):
-        self.num_actions = num_actions
-
-    def initial_memory(self, n: int):
-        return n
-
-    def observe(self, obs):
-        return obs
-
-    def step(self, obs, memory):
-        import torch
-
-        return torch.zeros(memory, self.num_actions), memory, None
-
-
 def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> None:
     """Each policy (a URI, a local actor, or None: the default pose) on the same ``cfg.trials`` fresh trials from
     the first frame, spread over the env's lanes; metrics eval/<who>/... for the favorable start (the hardest
@@ -438,7 +326,7 @@ def _evaluate(ctx, cfg: SkillExpertConfig, policies: dict, protocol: str) -> Non
     eval/walking_lead-in/... walking in at it and from up to ``walking_lead_in_m`` behind it; a table per
     protocol with each lane's success and, for starts behind the motion's, the success per band of distance."""
     from llp.motion.tracking_env import TrackingEnv
-    from llp.stages.reference_augmentation import run_trials
+    from llp.skills.trials import run_trials
 
     table = {}
     prefix = "eval/" if protocol == "favorable start" else f"eval/{protocol.replace(' ', '_')}/"

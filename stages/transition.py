@@ -22,9 +22,9 @@ from typing import Any
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
 from llp.motion.walking_states import WalkingStatesConfig
+from llp.skills.groups import STUDENT_OBS
+from llp.skills.protocol import EvaluateConfig, course_trials_env
 from llp.stages.common import checked_env_config, transition_course
-from llp.stages.evaluate import EvaluateConfig, course_trials_env
-from llp.stages.merge import STUDENT_OBS
 
 CRITIC_OBS = ["critic/proprio", "critic/command", "critic/height_scan", "group/onehot"]
 
@@ -46,7 +46,7 @@ def evaluation_start(name: str, approach_length: float) -> tuple[float, float]:
 
 
 def _skill_env() -> dict[str, Any]:
-    from llp.stages.merge import skill_group_overrides
+    from llp.skills.groups import skill_group_overrides
 
     env = skill_group_overrides()
     env["observations"] = {
@@ -166,39 +166,29 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.actors.pool import TrainingPool
     from llp.learn.phases import Phase
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
-    from llp.stages.merge import (
-        MergeConfig,
+    from llp.skills.groups import (
         locomotion_env,
         register_student,
         skill_expert_policy,
         skill_group_env,
         skill_walking_states,
     )
-    from llp.stages.skill_expert import skill_references
+    from llp.skills.library import skill_references
 
     student = ctx.frozen_policy(inputs["student"])
     weights = _student_weights(cfg, student)  # before anything expensive: the actor must be the student's shape
     teacher = ctx.frozen_policy(inputs["teacher"])
-    like_merge = MergeConfig(
-        task=cfg.task,
-        robot=cfg.robot,
-        env=cfg.env,
-        skill_task=cfg.skill_task,
-        skill_env=cfg.skill_env,
-        skills=cfg.skills,
-        walking=cfg.walking,
-    )
-    loco_env = locomotion_env(like_merge, teacher.spec)
+    loco_env = locomotion_env(cfg, teacher.spec)
     course_env = checked_env_config(cfg.task, cfg.robot, cfg.course_env, "course_env")
     library = ctx.load_dataset(inputs["library"])
     groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)], rl=False)]
     skill_refs, skill_groups = [], {}
-    walk = skill_walking_states(ctx, like_merge, inputs["teacher"])
+    walk = skill_walking_states(ctx, cfg, inputs["teacher"])
     for skill, stage in cfg.skills.items():
         expert = skill_expert_policy(ctx, inputs[stage])
         refs = skill_references(library, skill)
         skill_refs += refs
-        env_cfg = skill_group_env(like_merge, refs, expert.spec, skill, walk)
+        env_cfg = skill_group_env(cfg, refs, expert.spec, skill, walk)
         groups.append(EnvGroup(skill, env_cfg, [TeacherSpec(expert)], rl=False))
         skill_groups[skill] = (expert, env_cfg)
     groups.append(EnvGroup("course", course_env, rl=True, amp=True))
@@ -256,7 +246,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
             ("loss/dagger", "DAgger loss (expert groups)"),
         ],
     )
-    from llp.stages.merge import evaluate_locomotion, evaluate_skill_starts
+    from llp.skills.trials import evaluate_locomotion, evaluate_skill_starts
 
     students = {"merged student": student.uri, "transition policy": uri}
     table = {}

@@ -30,7 +30,7 @@ def _student(dims: dict, obs: list[str], reconstruct: str | None = None, num_act
 
 def test_the_student_rollout_clears_the_gru_state_of_each_env_that_ended_and_only_that_env():
     from llp.sim.env import ParkourEnv
-    from llp.stages.evaluate import EvaluateConfig
+    from llp.skills.protocol import EvaluateConfig
 
     env = ParkourEnv(EvaluateConfig(env=SMALL).env_config(), 8, seed=0)
     actor = _student(env.obs_dims(), ["policy/proprio", "policy/command"], num_actions=env.num_actions)
@@ -83,7 +83,7 @@ def test_pure_dagger_fits_the_critic_and_set_rule_switches_to_rl_with_a_fresh_le
 
 
 def test_the_evaluation_env_gives_a_depth_policy_its_image_through_its_camera():
-    from llp.stages.evaluate import EvaluateConfig
+    from llp.skills.protocol import EvaluateConfig
 
     spec = {
         "obs": ["policy/proprio", "depth/depth"],
@@ -156,7 +156,7 @@ def _registered_student(tmp_path):
     """A depth student with a decoder and learned-looking normalisation, exported and loaded back the way the
     registry serves it (torch.export program + spec)."""
     from llp.learn.export import example_input, export_actor, load_pt2
-    from llp.stages.evaluate import EvaluateConfig
+    from llp.skills.protocol import EvaluateConfig
 
     spec = {"obs": ["policy/proprio", "policy/command", "depth/depth"], "camera": None}
     env_cfg = EvaluateConfig(env={**SMALL, "depth_camera": {"width": 16, "height": 9}}).env_config(policy_spec=spec)

@@ -205,7 +205,7 @@ def test_a_trial_ends_the_same_whichever_waves_its_env_ran_before():
 
 def test_a_policy_is_evaluated_at_its_own_control_rate_or_not_at_all():
     from llp.learn.spec import FrozenPolicy
-    from llp.stages.evaluate import EvaluateConfig, evaluate_policy
+    from llp.skills.protocol import EvaluateConfig, evaluate_policy
 
     spec = {"obs": ["policy/proprio"], "obs_dim": 1, "num_frames": 1, "num_actions": 21, "policy_dt": 0.01}
     with pytest.raises(ValueError, match="acts every 0.01 s, the task's control step is 0.02 s"):

@@ -40,11 +40,13 @@ def test_actors_do_not_import_prefect_or_mlflow():
 
 
 # Each package imports only packages of a lower layer (or itself), lazily imported names included.
+# llp.skills is stage code that several stages share: the stages' layer (the next test keeps stages apart).
 LAYERS = {"config": 0, "infra": 0, "sim": 1, "evaluation": 2, "motion": 3, "learn": 4, "actors": 5, "stages": 6,
-          "flows": 7, "bench": 8, "cli": 9}  # fmt: skip
+          "skills": 6, "flows": 7, "bench": 8, "cli": 9}  # fmt: skip
 FOLDERS = {"llp/config": "config", "infra": "infra", "llp/sim": "sim", "llp/evaluation": "evaluation",
            "llp/motion": "motion", "llp/learn": "learn", "actors": "actors", "stages": "stages", "flows": "flows",
-           "llp/bench": "bench"}  # fmt: skip
+           "llp/bench": "bench", "llp/skills": "skills"}  # fmt: skip
+SHARED = ("llp.stages.common", "llp.stages.registry")  # stages/ modules that are not stages
 
 
 def _package(module: str) -> str | None:
@@ -118,6 +120,30 @@ def test_no_modules_import_each_other_in_a_cycle():
     assert cycles == []
 
 
+def _stage_imports(path: Path) -> list[str]:
+    """The stage modules that ``path`` imports (lazily imported ones included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    stages = {f"llp.stages.{p.stem}" for p in (ROOT / "stages").glob("*.py") if p.stem != "__init__"}
+    return sorted(n for n in names & (stages - set(SHARED)) if n != f"llp.stages.{path.stem}")
+
+
+def test_no_stage_imports_another_stage():
+    """What stages share lives in llp/skills/ or stages/common.py; a stage reads another's results from the
+    registry, never its code. llp/skills/ imports no stage either."""
+    from llp.stages.registry import STAGES
+
+    files = [*(ROOT / "stages").glob("*.py"), *(ROOT / "llp" / "skills").glob("*.py")]
+    found = {str(p.relative_to(ROOT)): _stage_imports(p) for p in files if p.stem != "registry"}
+    assert {k: v for k, v in found.items() if v} == {}
+    runs = {spec.run.__module__ for spec in STAGES.values()}  # the stage modules are what the check calls stages
+    assert runs <= {f"llp.stages.{p.stem}" for p in (ROOT / "stages").glob("*.py")} - set(SHARED)
+
+
 def test_stages_reach_mlflow_and_the_flow_only_through_their_context():
     for path in (ROOT / "stages").rglob("*.py"):
         bad = [n for n in _imports(path) if n.split(".")[0] in ("mlflow", "prefect") or n.startswith("llp.flows")]
@@ -131,3 +157,16 @@ def test_the_layer_checks_catch_what_they_are_for(tmp_path):
     assert "llp.stages.registry" in _imports(up) and LAYERS[_package("llp.stages.registry")] > LAYERS["config"]
     assert _package("llp.cli") == "cli" and _package("numpy") is None
     assert {"llp.flows.context", "llp.stages.registry", "llp.learn.phases"} <= set(_module_files())
+    other = tmp_path / "merge.py"
+    other.write_text("def f():\n    from llp.stages.skill_expert import lanes_env\n")
+    assert _stage_imports(other) == ["llp.stages.skill_expert"]
+    assert _stage_imports(up) == []  # the registry is not a stage
+
+
+def test_the_stage_cache_key_hashes_every_layer_a_stage_runs_on():
+    """A change in any code a stage runs (its layer and every one below it, but the servers in infra/) changes
+    the code version in the stage's cache key, so a resumed run does not reuse a result of other code."""
+    from llp.flows.pipeline import CODE_DIRS
+
+    below = {folder for folder, layer in FOLDERS.items() if LAYERS[layer] <= LAYERS["stages"] and layer != "infra"}
+    assert below - set(CODE_DIRS) == set()

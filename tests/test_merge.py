@@ -57,7 +57,7 @@ def _groups():
     from llp.motion.seeds import seed_reference, seed_spec
     from llp.motion.tracking import TrackingEnvConfig, tracking_task
     from llp.sim.tasks import env_config
-    from llp.stages.merge import skill_group_overrides
+    from llp.skills.groups import skill_group_overrides
 
     terrain = env_config(overrides={"terrain": {"num_levels": 2, "tile_length": 6.0, "tile_width": 6.0}})
     seed = seed_reference(seed_spec("climb_step_25"))
@@ -240,7 +240,8 @@ def _yaml(value) -> str:
 def test_the_unified_student_s_skill_course_covers_every_accepted_height(tmp_path):
     """The skill group tracks every accepted physics-tracked entry of its skill, one lane each, and gives the
     expert's terms (added to the student's) in the terrain env's proprioception."""
-    from llp.stages.merge import MergeConfig, skill_group_env
+    from llp.skills.groups import skill_group_env
+    from llp.stages.merge import MergeConfig
 
     class Ref:
         def __init__(self, qpos, obstacle, contacts, id):

@@ -124,8 +124,9 @@ def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_p
 
     from llp.config.pipeline import load_pipeline
     from llp.motion.library import ReferenceLibrary
+    from llp.skills.library import hardest_reference, skill_references
     from llp.stages.registry import stage_config
-    from llp.stages.skill_expert import generalization_env, hardest_reference, skill_env, skill_references
+    from llp.stages.skill_expert import generalization_env, skill_env
 
     library = ReferenceLibrary(tmp_path / "lib")
     library.add(seed)

@@ -178,8 +178,7 @@ def test_recording_keeps_every_kth_step_of_envs_past_the_warm_up():
 
 
 def test_trials_that_walk_in_from_behind_the_start_report_their_success_per_band_of_that_distance(seed):
-    from llp.stages.reference_augmentation import run_trials
-    from llp.stages.skill_expert import DefaultPose, lead_in_words, success_by_lead_in
+    from llp.skills.trials import DefaultPose, lead_in_words, run_trials, success_by_lead_in
 
     made_up = [{"lead_in_m": 0.05, "success": True}, {"lead_in_m": 0.06, "success": False},
                {"lead_in_m": 0.3, "success": True}, {"lead_in_m": 0.25, "success": False}]  # fmt: skip
