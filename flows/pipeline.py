@@ -29,8 +29,18 @@ from llp.infra.services import Service, prefect_env, start_prefect
 ROOT = Path(__file__).resolve().parents[1]
 # what a stage computes depends on the science, config and stage code, and on the task and robot files its
 # config names by reference (conf/task/<task>.yaml, conf/robot/<robot>.yaml)
-CODE_DIRS = ("llp/sim", "llp/learn", "llp/motion", "llp/evaluation", "llp/config", "llp/skills", "stages", "actors",
-             "conf/task", "conf/robot")
+CODE_DIRS = (
+    "llp/sim",
+    "llp/learn",
+    "llp/motion",
+    "llp/evaluation",
+    "llp/config",
+    "llp/skills",
+    "stages",
+    "actors",
+    "conf/task",
+    "conf/robot",
+)
 
 
 def code_version() -> str:
@@ -243,7 +253,7 @@ def run_pipeline(
 
     @flow(name=cfg.name, flow_run_name="{run_id}", log_prints=False)
     def llp_pipeline(run_id: str, stages: list[str]) -> dict:
-        from llp.stages.registry import STAGES, input_source
+        from llp.stages.registry import input_source, stage_config, stage_spec
 
         ledger.set(prefect_flow_run=str(flow_run.id), prefect_api=os.environ.get("PREFECT_API_URL"))
         print(
@@ -255,9 +265,9 @@ def run_pipeline(
         outputs: dict[str, dict] = {}
         resources, sim = resolved(cfg)["resources"], resolved(cfg)["sim"]
         for name in stages:
-            spec = STAGES[name]
+            spec = stage_spec(cfg, name)
             stage_cfg = resolved(cfg)["stages"][name]
-            typed = build(spec.config, stage_cfg, f"stages.{name}")
+            typed = stage_config(cfg, name)
             inputs = {}
             for input_name, source in spec.inputs(typed).items():
                 upstream, output = input_source(input_name, source)  # an upstream stage's output
@@ -360,19 +370,21 @@ def _produced(outputs: dict[str, dict], upstream: str, output: str, stage: str, 
 def _external_inputs(cfg, selected: list[str], run_id: str, ledger: Ledger, stream) -> dict[tuple[str, str], str]:
     """The inputs of the selected stages whose source stage this invocation does not run, resolved up front
     ((stage, input name) -> models:/ URI), so that a missing one stops the run before its first stage."""
-    from llp.stages.registry import STAGES, input_source
+    from llp.stages.registry import input_source, stage_config, stage_spec
 
     external = {}
     for name in selected:
-        typed = build(STAGES[name].config, resolved(cfg)["stages"][name], f"stages.{name}")
-        for input_name, source in STAGES[name].inputs(typed).items():
+        for input_name, source in stage_spec(cfg, name).inputs(stage_config(cfg, name)).items():
             upstream, output = input_source(input_name, source)
             if upstream not in selected:
-                external[(name, input_name)] = _resolve_upstream(upstream, output, run_id, ledger, stream, input_name)
+                model = stage_spec(cfg, upstream).outputs[output]
+                external[(name, input_name)] = _resolve_upstream(upstream, output, model, run_id, ledger, stream,
+                                                                 input_name)  # fmt: skip
     return external
 
 
-def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stream, input_name: str = "") -> str:
+def _resolve_upstream(stage: str, output: str, name: str, run_id: str, ledger: Ledger, stream, input_name: str = ""
+                      ) -> str:  # fmt: skip
     """An input whose stage is not part of this invocation, in order of authority:
 
     1. the version this run's ledger recorded for that stage (it must still exist: never a silent substitute);
@@ -381,9 +393,6 @@ def _resolve_upstream(stage: str, output: str, run_id: str, ledger: Ledger, stre
     """
     from mlflow import MlflowClient
 
-    from llp.stages.registry import STAGES
-
-    name = STAGES[stage].outputs[output]
     what = repr(output) if input_name in ("", output) else f"{input_name!r} ({stage}'s {output!r})"
     recorded = ledger.data.get("stages", {}).get(stage, {}).get("outputs", {}).get(output)
     if recorded:
@@ -445,9 +454,9 @@ def execute_stage(
     from llp.flows.context import StageContext
     from llp.flows.tracking import flatten
     from llp.sim.backend import simulating_on
-    from llp.stages.registry import STAGES
+    from llp.stages.registry import stage_spec
 
-    spec = STAGES[stage]
+    spec = stage_spec(cfg, stage)
     key = stage_cache_key(stage, stage_cfg, resources, input_versions, code, seed, sim)
     ledger.stage_started(stage, attempt)
     print(f"[llp] {stage}: running (attempt {attempt})", file=stream, flush=True)
@@ -499,7 +508,8 @@ def execute_stage(
             t0 = time.perf_counter()
             try:
                 with simulating_on(sim["backend"], sim["device"]):  # the env configs the stage builds
-                    outputs = spec.run(ctx, build(spec.config, stage_cfg, f"stages.{stage}"), inputs)
+                    typed = build(spec.config, {k: v for k, v in stage_cfg.items() if k != "kind"}, f"stages.{stage}")
+                    outputs = spec.run(ctx, typed, inputs)
             except Exception:
                 ctx.drain_uploads()  # a retry resumes from the checkpoints this attempt sent
                 raise

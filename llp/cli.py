@@ -42,14 +42,22 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_stages(args: argparse.Namespace) -> int:
-    from llp.stages.registry import STAGES, stage_config
+    from llp.stages.registry import STAGES, stage_config, stage_kind, stage_spec
 
     cfg = _load(args)
-    for name, spec in STAGES.items():
-        inputs = spec.inputs(stage_config(cfg, name)) if name in cfg.stages else {}
+    for name in cfg.stages:  # the pipeline's stages in the order they run, then the kinds it does not use
+        spec, kind = stage_spec(cfg, name), stage_kind(cfg, name)
         outputs = ", ".join(f"{k} -> {v}" for k, v in spec.outputs.items()) or "metrics and pictures"
-        where = "in pipeline" if name in cfg.stages else "not in this profile"
-        print(f"{name}  ({where})\n    {spec.description}\n    inputs: {inputs or 'none'}; outputs: {outputs}")
+        what = "in pipeline" if kind == name else f"in pipeline, kind {kind}"
+        inputs = spec.inputs(stage_config(cfg, name)) or "none"
+        print(f"{name}  ({what})\n    {spec.description}\n    inputs: {inputs}; outputs: {outputs}")
+    used = {stage_kind(cfg, name) for name in cfg.stages}
+    for kind, spec in STAGES.items():
+        if kind not in used:
+            print(f"{kind}  (a kind of stage not in this profile)\n    {spec.description}")
+    if cfg.skills:
+        print("skills: " + "; ".join(f"{s} (references: {d['references']}, expert: {d['expert']})"
+                                     for s, d in cfg.skills.items()))  # fmt: skip
     return 0
 
 

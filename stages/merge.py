@@ -28,6 +28,7 @@ from llp.learn.configs import ActorConfig, PPOConfig
 from llp.motion.walking_states import WalkingStatesConfig
 from llp.skills.groups import (
     STUDENT_OBS,
+    TakesSkills,
     locomotion_env,
     register_student,
     skill_expert_policy,
@@ -38,10 +39,6 @@ from llp.skills.groups import (
 from llp.skills.protocol import EvaluateConfig
 from llp.skills.trials import evaluate_locomotion, evaluate_skill_starts
 from llp.stages.common import checked_env_config
-
-
-def _skills() -> dict[str, str]:
-    return {"climb_step": "skill_climb_step"}
 
 
 def _ppo() -> PPOConfig:
@@ -57,13 +54,10 @@ def _evaluation() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class MergeConfig:
+class MergeConfig(TakesSkills):
     """The experts, the groups' envs, the student and its budget."""
 
     teacher: str = field(default="locomotion_teacher", doc="Upstream stage whose 'policy' labels the locomotion group.")
-    skills: dict[str, str] = field(
-        default_factory=_skills, doc="One env group per skill: skill name (of the library) -> its expert's stage."
-    )
     task: str = field(default="locomotion", doc="Task of the locomotion group (conf/task/).")
     robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(
@@ -96,8 +90,7 @@ class MergeConfig:
         for name in ("envs_per_actor", "iterations", "checkpoint_every", "skill_trials"):
             check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
-        check(bool(self.skills), f"{path}.skills", "name at least one skill and its expert's stage")
-        check("locomotion" not in self.skills, f"{path}.skills", "'locomotion' is the terrain group's name")
+        self.check_skills(path)
         check(self.ppo.rl_coef == 0, f"{path}.ppo.rl_coef", "the merge learns by DAgger alone (LLP): 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "the merge learns from its experts: > 0")
         env = checked_env_config(self.task, self.robot, self.env, path)
@@ -133,12 +126,12 @@ def run(ctx, cfg: MergeConfig, inputs: dict[str, str]) -> dict[str, str]:
 
     teacher = ctx.frozen_policy(inputs["teacher"])
     loco_env = locomotion_env(cfg, teacher.spec)
-    library = ctx.load_dataset(inputs["library"])
+    libraries = {stage: ctx.load_dataset(inputs[stage]) for stage in {cfg.library_of(s) for s in cfg.skills}}
     walk = skill_walking_states(ctx, cfg, inputs["teacher"])
     groups, skill_groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)])], {}
     for skill, stage in cfg.skills.items():
         expert = skill_expert_policy(ctx, inputs[stage])
-        refs = skill_references(library, skill)
+        refs = skill_references(libraries[cfg.library_of(skill)], skill)
         env_cfg = skill_group_env(cfg, refs, expert.spec, skill, walk)
         groups.append(EnvGroup(skill, env_cfg, [TeacherSpec(expert)]))
         skill_groups[skill] = (expert, env_cfg)

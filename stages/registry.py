@@ -1,9 +1,14 @@
-"""The LLP stages that exist today, in pipeline order. A stage that does not train yet is not listed."""
+"""The kinds of LLP stage that exist today, and how a pipeline's stages map onto them. A stage that does not
+train yet is not listed.
+
+A pipeline stage is ``stages.<name>`` in the config; its kind is its ``kind:`` entry, or its name. A skill is
+data: two stages (one of kind ``reference_augmentation`` growing its library, one of kind ``skill_expert``) and
+its line under the pipeline's ``skills:``, which the merge and the transition take (docs/architecture.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llp.config.pipeline import PipelineConfig
 from llp.config.schema import build, check
@@ -26,7 +31,7 @@ class StageSpec:
     config: type
     run: Callable  # run(ctx, cfg, inputs: {name: models:/ URI}) -> {output name: models:/ URI or value}
     inputs: Callable  # cfg -> {input name: "stage" (its output of the same name) or "stage.output"}
-    outputs: dict[str, str]  # output name -> registered model name ("" for outputs that are not models)
+    outputs: dict[str, str]  # output name -> registered model name; "{stage}": the stage's name, with hyphens
     description: str
     env_groups: bool = False  # trains env groups, each on simulator actors of its own (the decoupled layout)
 
@@ -59,29 +64,25 @@ STAGES: dict[str, StageSpec] = {
         description="LLP stage 7 (for the stages that exist): roll out a registered policy on every terrain type "
         "and level; fall rate, velocity tracking and terrain tables, as metrics and pictures.",
     ),
-    "skill_climb_step": StageSpec(
-        name="skill_climb_step",
+    "skill_expert": StageSpec(
+        name="skill_expert",
         config=skill_expert.SkillExpertConfig,
         run=skill_expert.run,
         inputs=lambda cfg: {
-            "library": "reference_augmentation",
-            "tracker": "reference_augmentation",
+            "library": f"{cfg.library}.library",
+            "tracker": f"{cfg.library}.tracker",
             **({"teacher": f"{cfg.teacher}.policy"} if cfg.teacher else {}),
         },
-        outputs={"policy": "llp-skill-climb-step"},
-        description="LLP stage 3: the climb-and-step expert (height scan, proprioception, command). Phase A: online "
-        "DAgger from the tracking expert + lambda PPO; phase B: PPO alone over every accepted height, from a "
-        "standing start. Evaluated beside the expert and its phase-A self on the same trials, from two starts.",
+        outputs={"policy": "llp-{stage}"},
+        description="LLP stage 3: a skill expert (height scan, proprioception, command), e.g. climb-and-step. Phase "
+        "A: online DAgger from the skill's tracking expert + lambda PPO; phase B: PPO alone over every accepted "
+        "height, from a standing start. Evaluated beside the expert and its phase-A self on the same trials.",
     ),
     "merge": StageSpec(
         name="merge",
         config=merge.MergeConfig,
         run=merge.run,
-        inputs=lambda cfg: {
-            "teacher": f"{cfg.teacher}.policy",
-            "library": "reference_augmentation",
-            **{stage: f"{stage}.policy" for stage in cfg.skills.values()},
-        },
+        inputs=lambda cfg: {"teacher": f"{cfg.teacher}.policy", **cfg.skill_inputs()},
         outputs={"policy": "llp-merged-student"},
         description="LLP stage 4: the multi-expert merge (one height-scan student, every joint; an env group per "
         "behaviour, each labelled online by its expert - the locomotion teacher on terrain, each skill expert on "
@@ -95,8 +96,7 @@ STAGES: dict[str, StageSpec] = {
         inputs=lambda cfg: {
             "student": f"{cfg.student}.policy",
             "teacher": f"{cfg.teacher}.policy",
-            "library": "reference_augmentation",
-            **{stage: f"{stage}.policy" for stage in cfg.skills.values()},
+            **cfg.skill_inputs(),
         },
         outputs={"policy": "llp-transition-policy"},
         description="LLP stage 5: transition training (from the merged student: a course group - approach, "
@@ -144,44 +144,113 @@ def input_source(input_name: str, upstream: str) -> tuple[str, str]:
     return stage, output or input_name
 
 
+# a stage named as a kind before kinds existed
+LEGACY_KINDS = {"skill_climb_step": "skill_expert"}
+# the stages that train on every declared skill: they get the pipeline's `skills:` unless they name their own
+TAKES_SKILLS = ("merge", "transition")
+
+
+def stage_kind(cfg: PipelineConfig, name: str) -> str:
+    """The kind of pipeline stage ``name``: its ``kind:`` entry, or its name."""
+    entry = cfg.stages.get(name) or {}
+    return str(entry.get("kind", LEGACY_KINDS.get(name, name)))
+
+
+def stage_spec(cfg: PipelineConfig, name: str) -> StageSpec:
+    """The registry entry of pipeline stage ``name``, named after it, with its models' names."""
+    kind = stage_kind(cfg, name)
+    spec = STAGES[kind]
+    return replace(spec, name=name, outputs={k: model_name(name, kind, k, v) for k, v in spec.outputs.items()})
+
+
+def model_name(stage: str, kind: str, output: str, template: str) -> str:
+    """The registered model of a stage's output: the kind's name for it ("{stage}" filled in); a second stage of a
+    kind whose names are fixed (e.g. a second reference library) gets ``llp-<stage>-<output>``."""
+    hyphens = stage.replace("_", "-")
+    if "{stage}" in template:
+        return template.format(stage=hyphens)
+    return template if stage == kind or LEGACY_KINDS.get(stage) == kind else f"llp-{hyphens}-{output}"
+
+
 def stage_config(cfg: PipelineConfig, name: str):
     """The typed config of stage ``name`` of the pipeline ``cfg``."""
-    return build(STAGES[name].config, cfg.stages[name], f"stages.{name}")
+    entry = {k: v for k, v in cfg.stages[name].items() if k != "kind"}
+    return build(STAGES[stage_kind(cfg, name)].config, entry, f"stages.{name}")
+
+
+def expand_skills(cfg: PipelineConfig) -> PipelineConfig:
+    """The merge and the transition take every skill of the pipeline's ``skills:`` (its expert's stage and the
+    stage whose library holds its references), unless their own config names skills; then the stages are put in
+    an order where every input comes from a stage before it (the config's order, each stage moved only behind
+    what it reads): a skill's stages may be declared anywhere, e.g. at the end of a profile."""
+    for name, entry in cfg.stages.items():
+        if stage_kind(cfg, name) in TAKES_SKILLS and cfg.skills and "skills" not in entry:
+            entry["skills"] = {skill: d["expert"] for skill, d in cfg.skills.items()}
+            entry.setdefault("libraries", {skill: d["references"] for skill, d in cfg.skills.items()})
+    cfg.stages = {name: cfg.stages[name] for name in _dependency_order(cfg)}
+    return cfg
+
+
+def _dependency_order(cfg: PipelineConfig) -> list[str]:
+    """The stages in config order, each one moved behind the stages it reads (a stable topological order); a
+    cycle is a ConfigError naming its stages."""
+    declared = list(cfg.stages)
+    reads = {}
+    for name in declared:
+        kind = stage_kind(cfg, name)
+        check(kind in STAGES, f"stages.{name}",
+              f"unknown stage kind {kind!r}; allowed values: {', '.join(STAGES)} (a stage named otherwise says "
+              "which it is with `kind:`)")  # fmt: skip
+        sources = STAGES[kind].inputs(stage_config(cfg, name)).values()
+        reads[name] = [input_source("", src)[0] for src in sources if input_source("", src)[0] in cfg.stages]
+    order: list[str] = []
+    while len(order) < len(declared):
+        ready = [n for n in declared if n not in order and all(u in order for u in reads[n] if u != n)]
+        check(bool(ready), "stages", "its stages read each other in a circle: "
+              + ", ".join(n for n in declared if n not in order))  # fmt: skip
+        order.append(ready[0])
+    return order
 
 
 def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
-    """Every stage exists, its config is valid, its inputs come from stages that run before it, and the physics
-    backend can run here."""
+    """Every stage exists, its config is valid, its inputs come from stages of this pipeline (which run before
+    it), no two stages register one model, and the physics backend can run here."""
     from llp.sim.backend import check_backend
 
     check_backend(cfg.sim.backend, cfg.sim.device, "sim")
+    for skill, decl in cfg.skills.items():
+        for role, stage in decl.items():
+            check(stage in cfg.stages, f"skills.{skill}.{role}",
+                  f"refers to stage {stage!r}, which is not in this pipeline ({', '.join(cfg.stages)})")  # fmt: skip
+    expand_skills(cfg)
     order = list(cfg.stages)
+    registered: dict[str, str] = {}
     for name in order:
-        check(name in STAGES, f"stages.{name}", f"unknown stage; allowed values: {', '.join(STAGES)}")
-        for input_name, source in STAGES[name].inputs(stage_config(cfg, name)).items():
+        spec = stage_spec(cfg, name)
+        for input_name, source in spec.inputs(stage_config(cfg, name)).items():
             upstream, output = input_source(input_name, source)
             check(
                 upstream in cfg.stages,
                 f"stages.{name}.{input_name}",
                 f"refers to stage {upstream!r}, which is not in this pipeline ({', '.join(order)})",
             )
+            outputs = stage_spec(cfg, upstream).outputs
             check(
-                order.index(upstream) < order.index(name),
-                f"stages.{name}",
-                f"input stage {upstream!r} must come before it",
-            )
-            check(
-                output in STAGES[upstream].outputs,
+                output in outputs,
                 f"stages.{name}.{input_name}",
-                f"stage {upstream!r} has no output {output!r} (it has {', '.join(STAGES[upstream].outputs) or 'none'})",
+                f"stage {upstream!r} has no output {output!r} (it has {', '.join(outputs) or 'none'})",
             )
+        for output, model in spec.outputs.items():
+            check(model not in registered, f"stages.{name}",
+                  f"its {output} would be registered as {model}, as stage {registered.get(model)!r}'s")  # fmt: skip
+            registered[model] = name
     return cfg
 
 
 def check_layout(cfg: PipelineConfig, selected: list[str]) -> None:
     """The selected stages can run in the configured actor layout (before any work: the co-located layout would
     otherwise fail at the first stage with env groups, hours into a run)."""
-    grouped = [name for name in selected if STAGES[name].env_groups]
+    grouped = [name for name in selected if stage_spec(cfg, name).env_groups]
     check(
         cfg.resources.mode == "decoupled" or not grouped,
         "resources.mode",

@@ -105,6 +105,10 @@ class SkillExpertConfig:
         "this lead-in): how far before its box the skill can begin. 0: not evaluated.",
     )
     retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
+    library: str = field(
+        default="reference_augmentation",
+        doc="Stage whose 'library' holds the skill's references and whose 'tracker' is its tracking expert.",
+    )
     teacher: str = field(
         default="",
         doc="Upstream stage whose 'policy' (the locomotion teacher) walks for phase B's walking starts "

@@ -22,7 +22,7 @@ from typing import Any
 from llp.config.schema import check, field
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
 from llp.motion.walking_states import WalkingStatesConfig
-from llp.skills.groups import STUDENT_OBS
+from llp.skills.groups import STUDENT_OBS, TakesSkills
 from llp.skills.protocol import EvaluateConfig, course_trials_env
 from llp.stages.common import checked_env_config, transition_course
 
@@ -77,17 +77,13 @@ def _evaluation() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class TransitionConfig:
+class TransitionConfig(TakesSkills):
     """The student to start from, the groups' experts and envs, the course, the priors and the budget."""
 
     student: str = field(default="merge", doc="Upstream stage whose 'policy' the actor starts from.")
     teacher: str = field(
         default="locomotion_teacher",
         doc="Upstream stage whose 'policy' labels the terrain group and gives the walking prior.",
-    )
-    skills: dict[str, str] = field(
-        default_factory=lambda: {"climb_step": "skill_climb_step"},
-        doc="Skill name -> its expert's stage (a DAgger group each, and its prior).",
     )
     task: str = field(default="locomotion", doc="Task of the terrain and course groups (conf/task/).")
     robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
@@ -137,6 +133,7 @@ class TransitionConfig:
             check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
         check(0 <= self.critic_warmup < self.iterations, f"{path}.critic_warmup", "must be in [0, iterations)")
         check(self.retries >= 0, f"{path}.retries", "must be >= 0")
+        self.check_skills(path)
         check(self.ppo.rl_coef > 0, f"{path}.ppo.rl_coef", "the course group learns by PPO: > 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "the expert groups keep learning by DAgger: > 0")
         unknown = [n for n in self.course_evaluations if n not in EVALUATION_STARTS]
@@ -180,13 +177,13 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     teacher = ctx.frozen_policy(inputs["teacher"])
     loco_env = locomotion_env(cfg, teacher.spec)
     course_env = checked_env_config(cfg.task, cfg.robot, cfg.course_env, "course_env")
-    library = ctx.load_dataset(inputs["library"])
+    libraries = {stage: ctx.load_dataset(inputs[stage]) for stage in {cfg.library_of(s) for s in cfg.skills}}
     groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)], rl=False)]
     skill_refs, skill_groups = [], {}
     walk = skill_walking_states(ctx, cfg, inputs["teacher"])
     for skill, stage in cfg.skills.items():
         expert = skill_expert_policy(ctx, inputs[stage])
-        refs = skill_references(library, skill)
+        refs = skill_references(libraries[cfg.library_of(skill)], skill)
         skill_refs += refs
         env_cfg = skill_group_env(cfg, refs, expert.spec, skill, walk)
         groups.append(EnvGroup(skill, env_cfg, [TeacherSpec(expert)], rl=False))

@@ -516,4 +516,4 @@ def test_every_climb_group_of_make_run_starts_half_its_episodes_walking_in_over_
         assert (env["walking_starts"], env["walking_lead_in_m"]) == (0.5, 0.35)
         assert env["terminations"]["walking_unheld_z"] == 1.0
     assert skill.teacher == merge.teacher == transition.teacher == "locomotion_teacher"
-    assert STAGES["skill_climb_step"].inputs(skill)["teacher"] == "locomotion_teacher.policy"
+    assert STAGES["skill_expert"].inputs(skill)["teacher"] == "locomotion_teacher.policy"

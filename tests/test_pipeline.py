@@ -259,7 +259,7 @@ def test_the_merged_student_records_its_experts_reads_no_group_and_is_evaluated_
     merged = stages["merge"]["outputs"]["policy"]
     assert json.loads(tracking.version_tags(merged)["llp.inputs"]) == {
         "teacher": stages["locomotion_teacher"]["outputs"]["policy"],
-        "library": stages["reference_augmentation"]["outputs"]["library"],
+        "reference_augmentation": stages["reference_augmentation"]["outputs"]["library"],
         "skill_climb_step": stages["skill_climb_step"]["outputs"]["policy"],
     }
     info = mlflow.models.get_model_info(merged)
@@ -295,7 +295,7 @@ def test_the_transition_policy_starts_from_the_merge_learns_with_amp_and_reads_n
     assert json.loads(tracking.version_tags(policy)["llp.inputs"]) == {
         "student": stages["merge"]["outputs"]["policy"],
         "teacher": stages["locomotion_teacher"]["outputs"]["policy"],
-        "library": stages["reference_augmentation"]["outputs"]["library"],
+        "reference_augmentation": stages["reference_augmentation"]["outputs"]["library"],
         "skill_climb_step": stages["skill_climb_step"]["outputs"]["policy"],
     }
     spec = mlflow.models.get_model_info(policy).metadata["llp_policy_spec"]

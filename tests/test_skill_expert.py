@@ -110,6 +110,7 @@ def test_a_bad_skill_config_names_its_field(override, where, message):
     from llp.stages.skill_expert import SkillExpertConfig
 
     base = resolved(load_pipeline("smoke"))["stages"]["skill_climb_step"]
+    assert base.pop("kind") == "skill_expert"  # which stage it is; the rest is its config
     build(SkillExpertConfig, base, "stages.skill_climb_step")
     with pytest.raises(ConfigError) as err:
         build(SkillExpertConfig, merge(base, override), "stages.skill_climb_step")
@@ -157,6 +158,6 @@ def test_a_skill_with_a_teacher_takes_its_policy_as_an_input():
     from llp.stages.registry import STAGES
     from llp.stages.skill_expert import SkillExpertConfig
 
-    spec = STAGES["skill_climb_step"]
+    spec = STAGES["skill_expert"]
     assert "teacher" not in spec.inputs(SkillExpertConfig(teacher=""))
     assert spec.inputs(SkillExpertConfig(teacher="locomotion_teacher"))["teacher"] == "locomotion_teacher.policy"

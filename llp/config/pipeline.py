@@ -46,11 +46,24 @@ class PipelineConfig:
     run_root: str = field(default="runs", doc="Folder for run directories, local MLflow and Prefect state.")
     resources: ResourcesConfig = field(default_factory=ResourcesConfig, doc="Ray actor layout.")
     sim: SimConfig = field(default_factory=SimConfig, doc="Physics engine of every stage's simulators.")
-    stages: dict[str, dict[str, Any]] = field(default_factory=dict, doc="Stage name -> stage config, in order.")
+    stages: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        doc="Stage name -> stage config, in order (a stage reading another is run after it). The stage's kind is its "
+        "`kind:` entry, or its name.",
+    )
+    skills: dict[str, dict[str, str]] = field(
+        default_factory=dict,
+        doc="Skill name -> {references: the stage growing its reference library, expert: the stage training its "
+        "expert}. The merge and the transition take every skill named here (unless their config names some).",
+    )
 
     def validate(self, path: str) -> None:
         # each stage's own config is checked by llp.stages.registry.check_pipeline, one layer up
         check(len(self.stages) > 0, "stages", "the pipeline needs at least one stage")
+        for skill, decl in self.skills.items():
+            check(isinstance(decl, dict) and set(decl) == {"references", "expert"}, f"skills.{skill}",
+                  "expected {references: <stage>, expert: <stage>}")  # fmt: skip
+            check(all(isinstance(v, str) and v for v in decl.values()), f"skills.{skill}", "stage names are strings")
         if self.sim.device != "cpu":  # one actor owns the GPU's Warp batch and the learner beside it
             check(self.resources.mode == "colocated", "sim.device",
                   f"{self.sim.device} simulates on a GPU, which needs resources.mode colocated (one actor owns "

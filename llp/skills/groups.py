@@ -6,13 +6,45 @@ and ``walking`` (MergeConfig, TransitionConfig)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from llp.config.schema import check, field
 from llp.motion.walking_states import WalkingStatesConfig
 from llp.skills.library import course_conditions
 from llp.stages.common import checked_env_config, deployment_fields
 
 STUDENT_OBS = ["policy/proprio", "policy/height_scan", "policy/command"]
+DEFAULT_LIBRARY = "reference_augmentation"  # the stage that grows the climb's references
+
+
+@dataclass(kw_only=True)
+class TakesSkills:
+    """The skills a multi-expert stage trains on (the merge, the transition): filled from the pipeline's
+    ``skills:`` unless the stage's config names its own."""
+
+    skills: dict[str, str] = field(
+        default_factory=lambda: {"climb_step": "skill_climb_step"},
+        doc="Skill name (of its library's entries) -> its expert's stage: an env group each, labelled by it.",
+    )
+    libraries: dict[str, str] = field(
+        default_factory=dict,
+        doc=f"Skill name -> the stage whose library holds its references (a skill not named: {DEFAULT_LIBRARY}).",
+    )
+
+    def library_of(self, skill: str) -> str:
+        return self.libraries.get(skill, DEFAULT_LIBRARY)
+
+    def skill_inputs(self) -> dict[str, str]:
+        """Inputs named by their stages: each skill's expert policy and each library its references come from."""
+        experts = {stage: f"{stage}.policy" for stage in self.skills.values()}
+        return {**experts, **{self.library_of(s): f"{self.library_of(s)}.library" for s in self.skills}}
+
+    def check_skills(self, path: str) -> None:
+        check(bool(self.skills), f"{path}.skills", "name at least one skill and its expert's stage")
+        check("locomotion" not in self.skills, f"{path}.skills", "'locomotion' is the terrain group's name")
+        extra = sorted(set(self.libraries) - set(self.skills))
+        check(not extra, f"{path}.libraries", f"{extra}: not skills of this stage ({', '.join(self.skills)})")
 
 
 def lanes_env(task, refs: list, walking_states=None):

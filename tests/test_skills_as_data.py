@@ -1,0 +1,97 @@
+"""A skill is data: a seed file, a stage of kind reference_augmentation and one of kind skill_expert, and its line
+under the pipeline's `skills:`. The merge and the transition then take it, with no code changed."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from llp.config.schema import ConfigError
+from tests.conftest import ROOT
+
+SECOND = """\
+skills:
+  step_up: {references: references_step_up, expert: skill_step_up}
+stages:   # declared last; the pipeline runs them before the stages that read them
+  references_step_up: {kind: reference_augmentation, seed: step_up_25}
+  skill_step_up: {kind: skill_expert, skill: step_up, library: references_step_up}
+"""
+
+
+@pytest.fixture
+def conf_with_a_second_skill(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    seed = (conf / "seeds" / "climb_step_25.yaml").read_text()
+    seed = seed.replace("id: climb_step_25\n", "id: step_up_25\n").replace("skill: climb_step\n", "skill: step_up\n")
+    assert "id: step_up_25\n" in seed and "skill: step_up\n" in seed
+    (conf / "seeds" / "step_up_25.yaml").write_text(seed)
+    (conf / "profile" / "two_skills.yaml").write_text("# the smoke profile and a second skill\n" + SECOND)
+    return conf
+
+
+def test_a_skill_declared_in_config_only_gets_its_stages_and_joins_the_merge_and_the_transition(
+    conf_with_a_second_skill, llp
+):
+    env = {"LLP_CONF_DIR": str(conf_with_a_second_skill)}
+    shown = llp("stages", "--profile", "two_skills", env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    names = [line.split()[0] for line in shown.stdout.splitlines() if line and not line.startswith((" ", "skills"))]
+    assert "references_step_up" in names and "skill_step_up" in names
+    assert names.index("references_step_up") < names.index("skill_step_up") < names.index("merge")
+    assert "references_step_up  (in pipeline, kind reference_augmentation)" in shown.stdout
+    assert "library -> llp-references-step-up-library, tracker -> llp-references-step-up-tracker" in shown.stdout
+    assert "policy -> llp-skill-step-up" in shown.stdout and "policy -> llp-skill-climb-step" in shown.stdout
+    block = {line.split()[0]: i for i, line in enumerate(shown.stdout.splitlines()) if line and line[0] != " "}
+    lines = shown.stdout.splitlines()
+    for stage in ("merge", "transition"):
+        inputs = lines[block[stage] + 2]
+        for name in ("'skill_climb_step': 'skill_climb_step.policy'", "'skill_step_up': 'skill_step_up.policy'",
+                     "'reference_augmentation': 'reference_augmentation.library'",
+                     "'references_step_up': 'references_step_up.library'"):  # fmt: skip
+            assert name in inputs, f"{stage}: {inputs}"
+    skill_inputs = lines[block["skill_step_up"] + 2]
+    assert "'library': 'references_step_up.library', 'tracker': 'references_step_up.tracker'" in skill_inputs
+
+
+def test_the_merge_builds_a_group_per_declared_skill_from_its_own_library(conf_with_a_second_skill, monkeypatch):
+    import llp.config.files as files
+
+    monkeypatch.setattr(files, "CONF_DIR", conf_with_a_second_skill)
+    from llp.stages.registry import load_pipeline, stage_config
+
+    cfg = load_pipeline("two_skills")
+    for stage in ("merge", "transition"):
+        typed = stage_config(cfg, stage)
+        assert typed.skills == {"climb_step": "skill_climb_step", "step_up": "skill_step_up"}
+        assert [typed.library_of(s) for s in typed.skills] == ["reference_augmentation", "references_step_up"]
+    order = list(cfg.stages)
+    assert order.index("skill_step_up") < order.index("merge") and order[-1] == "evaluate_final"
+
+
+@pytest.mark.parametrize(
+    "extra, where, message",
+    [
+        (
+            "skills: {vault: {references: nowhere, expert: skill_climb_step}}",
+            "skills.vault.references",
+            "refers to stage 'nowhere'",
+        ),
+        ("skills: {vault: {expert: skill_climb_step}}", "skills.vault", "expected {references: <stage>, expert"),
+        ("stages: {skill_twin: {kind: skill_exprt}}", "stages.skill_twin", "unknown stage kind 'skill_exprt'"),
+        ("stages: {skill_climb_step: {teacher: merge}}", "stages", "its stages read each other in a circle: "),
+    ],
+)
+def test_a_wrong_skill_declaration_is_refused_by_name(tmp_path, monkeypatch, extra, where, message):
+    import llp.config.files as files
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "profile" / "bad.yaml").write_text(extra + "\n")
+    monkeypatch.setattr(files, "CONF_DIR", conf)
+    from llp.stages.registry import load_pipeline
+
+    with pytest.raises(ConfigError) as err:
+        load_pipeline("bad")
+    assert str(err.value).startswith(where) and message in str(err.value), str(err.value)
