@@ -1,15 +1,21 @@
 """What infra/ ships parses and validates against its schema where one exists (Ray's cluster launcher
 schema, Kubernetes' OpenAPI schemas), exposes nothing publicly, holds no credential, and matches the
-cluster profile; the Prefect deployment starts a real smoke run through a real work pool."""
+cluster profile; its network policies let only the pods that need a server reach it, each role has its own
+service account, images are pinned to the package's version, the AWS nodes boot an AMI whose NVIDIA driver
+runs the GPU image, MLflow accepts its Kubernetes Service's names, Prefect keeps its state in PostgreSQL and
+runs flows from the image's code; the Prefect deployment starts a real smoke run through a real work pool."""
 
 from __future__ import annotations
 
 import copy
+import http.client
+import inspect
 import io
 import json
 import os
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -93,6 +99,8 @@ def test_kubernetes_manifests_validate_against_the_api_schemas_and_expose_nothin
         if doc["apiVersion"] == "ray.io/v1":
             fields = RAY_FIELDS[doc["kind"]]
             assert set(doc["spec"]) <= fields["spec"], (where, set(doc["spec"]) - fields["spec"])
+            if "submitterPodTemplate" in doc["spec"]:
+                _validate_pod_template(doc["spec"]["submitterPodTemplate"], where + " submitter")
             if doc["kind"] == "RayCluster":
                 head = doc["spec"]["headGroupSpec"]
                 assert set(head) <= fields["headGroupSpec"] and head["serviceType"] == "ClusterIP", where
@@ -154,9 +162,17 @@ def test_no_credential_is_written_into_infra():
 
 def test_the_prefect_deployment_starts_a_smoke_run_through_a_work_pool(services, tmp_path):
     """`prefect deploy` of infra/prefect/prefect.yaml, `prefect deployment run`, and a process worker that
-    picks the flow run up: the run it starts completes and Prefect says so."""
+    picks the flow run up: the run it starts completes and Prefect says so. The pull step's directory is the
+    image's code directory (test_prefect_deployments_run_flows_from_the_image_s_code_directory); here it is
+    pointed at this checkout, the code directory of this machine's worker."""
     env = {**os.environ, **services["env"], "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     prefect = str(BIN / "prefect")
+    config = yaml.safe_load((INFRA / "prefect" / "prefect.yaml").read_text())
+    (step,) = config["pull"]
+    step["prefect.deployments.steps.set_working_directory"]["directory"] = str(ROOT)
+    prefect_file = tmp_path / "deploy" / "prefect.yaml"
+    prefect_file.parent.mkdir()
+    prefect_file.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def sh(*args, timeout=300):
         result = subprocess.run(list(args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -164,7 +180,7 @@ def test_the_prefect_deployment_starts_a_smoke_run_through_a_work_pool(services,
         return result.stdout
 
     sh(prefect, "work-pool", "create", "llp", "--type", "process", "--overwrite")
-    sh(prefect, "--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect/prefect.yaml")
+    sh(prefect, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file))
     out = sh(prefect, "deployment", "run", "llp-start/smoke", "--param", f'sets=["run_root={tmp_path}"]',
              "--param", "until_stage=locomotion_teacher", "--param", "run_id=from-prefect")  # fmt: skip
     flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)
@@ -173,3 +189,279 @@ def test_the_prefect_deployment_starts_a_smoke_run_through_a_work_pool(services,
     assert state == "COMPLETED", state
     book = json.loads((Path(tmp_path) / "from-prefect" / "ledger.json").read_text())
     assert book["stages"]["locomotion_teacher"]["state"] == "completed"
+
+
+def _version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _image_fields(node, where: str = ""):
+    """(where, value) of every `image` / `worker_image` field in a parsed YAML document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("image", "worker_image") and isinstance(value, str):
+                yield f"{where}.{key}", value
+            else:
+                yield from _image_fields(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _image_fields(value, f"{where}[{i}]")
+
+
+def test_every_image_in_infra_is_pinned_to_the_package_version():
+    """A node that joins mid-run pulls the head's image: every image the cluster configs name is llp-cpu or
+    llp-gpu tagged with pyproject.toml's version, and no file in infra/ names a `:latest` image."""
+    version = _version()
+    docs = [(n, d) for n, d in _manifests()] + [
+        ("cluster.yaml", yaml.safe_load((INFRA / "aws" / "cluster.yaml").read_text()))
+    ]
+    images = [(f"{name}{where}", image) for name, doc in docs for where, image in _image_fields(doc)]
+    assert len(images) >= 8, images  # head, two worker groups, submitter, three servers; the AWS config's two
+    for where, image in images:
+        repository, _, tag = image.rpartition("/")[2].partition(":")
+        assert repository in ("llp-cpu", "llp-gpu") and tag == version, (where, image, version)
+    for path in INFRA.rglob("*"):
+        if path.is_file() and path.suffix in (".yaml", ".yml", ".sh", ".md", ".cpu", ".gpu"):
+            text = path.read_text()
+            assert not re.search(r":latest\b", text), path
+            for tag in re.findall(r"\bllp-(?:cpu|gpu):([0-9][\w.\-]*)", text):  # build commands and comments
+                assert tag == version, (path, tag, version)
+
+
+def test_the_aws_nodes_boot_an_ami_whose_nvidia_driver_runs_the_gpu_image():
+    """No `latest_dlami` (Ray turns it into its Ubuntu 18.04 DLAMI, whose driver predates CUDA 13): every node
+    names AWS's public SSM parameter of the Deep Learning Base OSS Nvidia Driver GPU AMI, which Ray's AWS config
+    code passes to EC2 unchanged, and the config documents that AMI's name and a driver of 580 or newer (torch
+    cu130's minimum)."""
+    from ray.autoscaler._private.aws.config import DEFAULT_AMI_NAME, _check_ami
+
+    text = (INFRA / "aws" / "cluster.yaml").read_text()
+    raw = yaml.safe_load(text)
+    assert "latest_dlami" not in text
+    assert "cloudwatch" not in raw["provider"]  # with an agent configured Ray would describe_images the parameter
+    parameter = re.compile(
+        r"resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-(2[24]\.04)/latest/ami-id"
+    )
+    resolved = copy.deepcopy(raw)
+    _check_ami(resolved)
+    for name, node in raw["available_node_types"].items():
+        image = node["node_config"]["ImageId"]
+        found = parameter.fullmatch(image)
+        assert found, (name, image)
+        assert resolved["available_node_types"][name]["node_config"]["ImageId"] == image, name
+        assert f"Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu {found.group(1)})" in " ".join(text.split())
+    driver = re.search(r"NVIDIA driver >= (\d+)", text)
+    assert driver and int(driver.group(1)) >= 580, driver
+    # the check bites: Ray replaces latest_dlami by its own default, the CUDA 11 era Ubuntu 18.04 DLAMI
+    broken = copy.deepcopy(raw)
+    broken["available_node_types"]["gpu"]["node_config"]["ImageId"] = "latest_dlami"
+    _check_ami(broken)
+    assert broken["available_node_types"]["gpu"]["node_config"]["ImageId"].startswith("ami-")
+    assert "18.04" in DEFAULT_AMI_NAME
+
+
+def test_prefect_deployments_run_flows_from_the_image_s_code_directory():
+    """prefect.yaml passes Prefect's own deployment model, and every deployment has a pull step (else `prefect
+    deploy` records the deploying machine's directory): set_working_directory, a step Prefect can import and
+    call with these arguments, to the images' WORKDIR, where their COPY put the flow's entrypoint."""
+    from dockerfile_parse import DockerfileParser
+    from prefect.cli.deploy._models import PrefectYamlModel
+    from prefect.utilities.importtools import import_object
+
+    workdirs = set()
+    for name in ("Dockerfile.cpu", "Dockerfile.gpu"):
+        parser = DockerfileParser(fileobj=io.BytesIO((INFRA / "docker" / name).read_bytes()))
+        workdirs.add([s["value"] for s in parser.structure if s["instruction"] == "WORKDIR"][-1])
+    (workdir,) = workdirs
+    model = PrefectYamlModel.model_validate(yaml.safe_load((INFRA / "prefect" / "prefect.yaml").read_text()))
+    assert model.deployments
+    for deployment in model.deployments:
+        steps = deployment.pull or model.pull
+        assert steps, f"{deployment.name}: no pull step"
+        ((step, arguments),) = steps[-1].items()
+        inspect.signature(import_object(step)).bind(**arguments)  # Prefect resolves the step the same way
+        assert step == "prefect.deployments.steps.set_working_directory", (deployment.name, step)
+        assert arguments["directory"] == workdir, (deployment.name, arguments, workdir)
+        assert (ROOT / deployment.entrypoint.split(":")[0]).is_file(), deployment.entrypoint
+
+
+def _env(container: dict) -> dict:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def test_prefect_keeps_its_state_in_postgresql():
+    """A restart of the Prefect server's pod or container loses nothing: on Kubernetes its database URL comes
+    from a Secret (as MLflow's does), on AWS from Secrets Manager, and neither is a SQLite file."""
+    deployments = {d["metadata"]["name"]: d for _, d in _manifests() if d["kind"] == "Deployment"}
+    (container,) = deployments["prefect-server"]["spec"]["template"]["spec"]["containers"]
+    url = _env(container)["PREFECT_API_DATABASE_CONNECTION_URL"]
+    assert "value" not in url and url["valueFrom"]["secretKeyRef"]["name"] == "llp-prefect-db", url
+    mlflow = _env(deployments["mlflow"]["spec"]["template"]["spec"]["containers"][0])["MLFLOW_BACKEND_STORE_URI"]
+    assert mlflow["valueFrom"]["secretKeyRef"]["name"] == "llp-mlflow-db"
+    script = (INFRA / "aws" / "start_services.sh").read_text()
+    server = next(line for line in script.splitlines() if "prefect server start" in line)
+    assert server.startswith('PREFECT_API_DATABASE_CONNECTION_URL="$prefect_db" '), server
+    assert re.search(r'^prefect_db="\$\(secret "\$\{LLP_PREFECT_DB_SECRET:-llp/prefect-db\}"\)"', script, re.M)
+    assert "sqlite" not in script.lower()
+    readme = (INFRA / "README.md").read_text()
+    assert "llp-prefect-db" in readme and "llp/prefect-db" in readme and "postgresql+asyncpg://" in readme
+
+
+def _pod_templates() -> list[tuple[str, dict]]:
+    """(name, pod template) of every pod the manifests make, Ray's included."""
+    out = []
+    for _, doc in _manifests():
+        if doc["kind"] == "Deployment":
+            out.append((doc["metadata"]["name"], doc["spec"]["template"]))
+        elif doc["kind"] == "RayCluster":
+            out.append(("ray-head", doc["spec"]["headGroupSpec"]["template"]))
+            out += [(f"ray-{g['groupName']}", g["template"]) for g in doc["spec"]["workerGroupSpecs"]]
+        elif doc["kind"] == "RayJob":
+            out.append(("ray-submitter", doc["spec"].get("submitterPodTemplate", {"spec": {}})))
+    return out
+
+
+def test_each_role_runs_under_its_own_service_account():
+    """Every pod names a ServiceAccount that the manifests create; the roles do not share one; only MLflow's
+    has the S3 role, and only the accounts that call Kubernetes' API (the Ray head's autoscaler) or that
+    need a token for the role (IRSA) get a token mounted."""
+    accounts = {d["metadata"]["name"]: d for _, d in _manifests() if d["kind"] == "ServiceAccount"}
+    used = {}
+    for name, template in _pod_templates():
+        account = template["spec"].get("serviceAccountName")
+        assert account in accounts, (name, account)
+        used[name] = account
+    assert len(set(used.values())) >= 5 and used["mlflow"] != used["prefect-server"] != used["prefect-worker"], used
+    assert used["ray-head"] != used["ray-cpu-sim"] == used["ray-gpu"], used
+    with_role = {n for n, a in accounts.items() if "eks.amazonaws.com/role-arn" in a["metadata"].get("annotations", {})}
+    assert with_role == {used["mlflow"]}, with_role
+    with_token = {n for n, a in accounts.items() if a.get("automountServiceAccountToken", True)}
+    assert with_token == {used["mlflow"], used["ray-head"]}, with_token
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # the model below knows matchLabels only
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def _reaches(policies: list[dict], source: tuple[str, dict], target: dict, port: int) -> bool:
+    """Kubernetes' NetworkPolicy semantics for ingress into a pod of namespace llp: a pod no policy selects
+    accepts everything; a selected one accepts what some rule of a selecting policy allows."""
+    namespace, labels = source
+    selecting = [p["spec"] for p in policies if _selects(p["spec"]["podSelector"], target)]
+    selecting = [p for p in selecting if "Ingress" in p.get("policyTypes", ["Ingress"])]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy.get("ingress", []):
+            if "ports" in rule and port not in {p["port"] for p in rule["ports"]}:
+                continue
+            if "from" not in rule:
+                return True
+            for peer in rule["from"]:
+                assert "ipBlock" not in peer, peer
+                if "namespaceSelector" in peer:
+                    in_namespace = _selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace})
+                else:
+                    in_namespace = namespace == "llp"
+                if in_namespace and _selects(peer.get("podSelector", {}), labels):
+                    return True
+    return False
+
+
+def test_network_policies_let_only_the_pods_that_need_a_server_reach_it():
+    """Ingress is denied by default in namespace llp; MLflow, the Prefect API, Ray and the Prefect worker
+    accept only the labelled llp pods that use them (the KubeRay operator reaches the head's dashboard only).
+    Evaluated with NetworkPolicy's semantics over the pods' labels, KubeRay's own labels added."""
+    docs = _manifests()
+    policies = [d for _, d in docs if d["kind"] == "NetworkPolicy"]
+    assert all(p["metadata"]["namespace"] == "llp" for p in policies)
+    deny = [p for p in policies if p["spec"]["podSelector"] == {} and not p["spec"].get("ingress")]
+    assert deny and deny[0]["spec"]["policyTypes"] == ["Ingress"], "no default-deny ingress policy"
+
+    pods = {name: dict(t.get("metadata", {}).get("labels", {})) for name, t in _pod_templates()}
+    pods["ray-head"].update({"ray.io/cluster": "llp", "ray.io/node-type": "head"})
+    for group in ("cpu-sim", "gpu"):
+        pods[f"ray-{group}"].update({"ray.io/cluster": "llp", "ray.io/node-type": "worker", "ray.io/group": group})
+    sources = {name: ("llp", labels) for name, labels in pods.items()}
+    sources["stranger"] = ("llp", {"app": "notebook"})
+    sources["ray-labelled, other namespace"] = ("default", {"ray.io/cluster": "llp", "app": "prefect-worker"})
+    sources["kuberay-operator"] = ("kuberay", {"app.kubernetes.io/name": "kuberay-operator"})
+    sources["operator-labelled, in llp"] = ("llp", {"app.kubernetes.io/name": "kuberay-operator"})
+
+    services = {d["metadata"]["name"]: d["spec"] for _, d in docs if d["kind"] == "Service"}
+    mlflow_port = services["mlflow"]["ports"][0]["targetPort"]
+    prefect_port = services["prefect"]["ports"][0]["targetPort"]
+    allowed = {  # (target pod, port): the sources that reach it; every other source is refused
+        ("mlflow", mlflow_port): {"ray-head", "ray-cpu-sim", "ray-gpu", "prefect-worker"},
+        ("prefect-server", prefect_port): {"ray-head", "prefect-worker"},
+        ("ray-head", 6379): {"ray-head", "ray-cpu-sim", "ray-gpu", "prefect-worker"},
+        ("ray-head", 8265): {"ray-head", "ray-cpu-sim", "ray-gpu", "prefect-worker", "ray-submitter",
+                             "kuberay-operator"},
+        ("ray-gpu", 10002): {"ray-head", "ray-cpu-sim", "ray-gpu", "prefect-worker"},
+        ("prefect-worker", 10002): {"ray-head", "ray-cpu-sim", "ray-gpu"},
+        ("ray-submitter", 8080): set(),
+    }  # fmt: skip
+    for (target, port), expected in allowed.items():
+        reached = {name for name, source in sources.items() if _reaches(policies, source, pods[target], port)}
+        assert reached == expected, (target, port, sorted(reached ^ expected))
+
+    # every Service's pods are selected by a policy, and its peers are labelled pods of namespace llp
+    for name, spec in services.items():
+        selecting = [
+            p
+            for p in policies
+            if p["spec"]["podSelector"] != {} and _selects(p["spec"]["podSelector"], spec["selector"])
+        ]
+        assert selecting, f"Service {name}: no policy selects its pods"
+        for policy in selecting:
+            for rule in policy["spec"]["ingress"]:
+                for peer in rule["from"]:
+                    assert set(peer) == {"podSelector"} and peer["podSelector"]["matchLabels"], (name, peer)
+
+
+def _mlflow_allowed_hosts() -> str:
+    deployment = next(d for _, d in _manifests() if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow")
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    return command[command.index("--allowed-hosts") + 1]
+
+
+def test_mlflow_on_kubernetes_accepts_its_service_s_names_and_refuses_other_hosts(tmp_path):
+    """MLflow 3 answers 403 to a Host header outside its allowed hosts, whose default is localhost and private
+    IPs: a real `mlflow server` with the Deployment's --allowed-hosts answers requests addressed to the Service
+    by any of its names, with or without the port, and still refuses a foreign Host."""
+    from mlflow.server.security_utils import get_default_allowed_hosts, is_allowed_host_header
+
+    from llp.infra.services import _spawn, free_port
+
+    names = [f"mlflow{suffix}" for suffix in ("", ".llp", ".llp.svc", ".llp.svc.cluster.local")]
+    hosts = names + [f"{name}:5000" for name in names]
+    assert not is_allowed_host_header(get_default_allowed_hosts(), "mlflow.llp.svc.cluster.local:5000")  # the bug
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cmd = [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+           "--backend-store-uri", store, "--artifacts-destination", str(tmp_path / "artifacts"),
+           "--allowed-hosts", _mlflow_allowed_hosts()]  # fmt: skip
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    server = _spawn("mlflow server", cmd, env, tmp_path / "mlflow.log", f"http://127.0.0.1:{port}/health", 120)
+
+    def status(host: str) -> tuple[int, str]:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            connection.request(
+                "GET", "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", headers={"Host": host}
+            )
+            response = connection.getresponse()
+            return response.status, response.read().decode(errors="replace")
+        finally:
+            connection.close()
+
+    try:
+        for host in hosts + ["localhost:5000"]:
+            code, body = status(host)
+            assert code == 200, (host, code, body[:200])
+        for host in ("evil.example.com:5000", "mlflow.llp.svc.cluster.local.evil.example.com"):
+            code, body = status(host)
+            assert code == 403 and "Invalid Host header" in body, (host, code, body[:200])
+    finally:
+        server.stop()

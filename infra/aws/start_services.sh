@@ -1,25 +1,35 @@
 #!/usr/bin/env bash
 # The head node's servers for infra/aws/cluster.yaml, both on 127.0.0.1 (reach them through an SSH tunnel):
-#   MLflow   :5000  backend store PostgreSQL (the URI is read from AWS Secrets Manager with the instance role,
-#                   passed in the environment, never on a command line or in a file), artifacts on S3
-#   Prefect  :4200  with its work pool `llp` (process workers)
+#   MLflow   :5000  backend store PostgreSQL, artifacts on S3
+#   Prefect  :4200  backend store PostgreSQL (deployments and run history outlive the container), with its
+#                   work pool `llp` (process workers)
+# Both database URIs are read from AWS Secrets Manager with the instance role and passed to their server in its
+# environment only, never on a command line or in a file. MLflow binds to 127.0.0.1 and is reached as
+# 127.0.0.1:5000, a Host its default --allowed-hosts accepts.
 # Settings (environment, with these defaults):
-#   LLP_AWS_REGION=us-west-2  LLP_DB_SECRET=llp/mlflow-db  LLP_ARTIFACTS=s3://llp-artifacts-ACCOUNT/mlflow
+#   LLP_AWS_REGION=us-west-2  LLP_DB_SECRET=llp/mlflow-db  LLP_PREFECT_DB_SECRET=llp/prefect-db
+#   LLP_ARTIFACTS=s3://llp-artifacts-ACCOUNT/mlflow
 set -euo pipefail
 export AWS_DEFAULT_REGION="${LLP_AWS_REGION:-us-west-2}"
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false PREFECT_SERVER_ANALYTICS_ENABLED=false
 logs="${HOME}/llp-logs"
 mkdir -p "$logs"
 
-MLFLOW_BACKEND_STORE_URI="$(python -c 'import sys, boto3
-print(boto3.client("secretsmanager").get_secret_value(SecretId=sys.argv[1])["SecretString"])' \
-  "${LLP_DB_SECRET:-llp/mlflow-db}")"
-export MLFLOW_BACKEND_STORE_URI
-nohup mlflow server --host 127.0.0.1 --port 5000 --workers 2 \
-  --artifacts-destination "${LLP_ARTIFACTS:-s3://llp-artifacts-ACCOUNT/mlflow}" >"$logs/mlflow.log" 2>&1 &
-unset MLFLOW_BACKEND_STORE_URI
+secret() { # the value of a Secrets Manager secret
+  python -c 'import sys, boto3
+print(boto3.client("secretsmanager").get_secret_value(SecretId=sys.argv[1])["SecretString"])' "$1"
+}
 
-nohup prefect server start --host 127.0.0.1 --port 4200 >"$logs/prefect.log" 2>&1 &
+mlflow_db="$(secret "${LLP_DB_SECRET:-llp/mlflow-db}")"
+prefect_db="$(secret "${LLP_PREFECT_DB_SECRET:-llp/prefect-db}")" # postgresql+asyncpg://USER:PASSWORD@HOST:5432/prefect
+
+MLFLOW_BACKEND_STORE_URI="$mlflow_db" nohup mlflow server --host 127.0.0.1 --port 5000 --workers 2 \
+  --artifacts-destination "${LLP_ARTIFACTS:-s3://llp-artifacts-ACCOUNT/mlflow}" >"$logs/mlflow.log" 2>&1 &
+
+PREFECT_API_DATABASE_CONNECTION_URL="$prefect_db" nohup prefect server start --host 127.0.0.1 --port 4200 \
+  >"$logs/prefect.log" 2>&1 &
+unset mlflow_db prefect_db
+
 export PREFECT_API_URL=http://127.0.0.1:4200/api
 python - <<'PY'
 import time, urllib.request
