@@ -2,7 +2,9 @@
 
 The flow runs `llp run` (or `llp resume`) as a child process on the work pool's worker: the same checks, run
 folder, Ray driver and stage flow as from a shell, against the worker's PREFECT_API_URL, MLFLOW_TRACKING_URI
-and RAY_ADDRESS. Each output line goes to the flow run's log; a failed run fails the flow run, and the
+and RAY_ADDRESS. Where RAY_ADDRESS is a job server's URL (http://HEAD:8265: a worker in a pod with no raylet,
+as on Kubernetes, cannot be a Ray driver), it sends the run to the head as a Ray job (`llp submit --follow`)
+and streams its output. Each output line goes to the flow run's log; a failed run fails the flow run, and the
 message says how to resume it. Deployments: infra/prefect/prefect.yaml.
 """
 
@@ -20,9 +22,13 @@ def llp_command(
     profile: str, sets: list[str], run_id: str | None, resume: bool, until_stage: str | None, force: list[str]
 ) -> list[str]:
     llp = str(Path(sys.executable).parent / "llp")
-    if resume:
-        if not run_id:
-            raise ValueError("resume needs the run_id of the run to continue")
+    if resume and not run_id:
+        raise ValueError("resume needs the run_id of the run to continue")
+    address = os.environ.get("RAY_ADDRESS", "")
+    if address.startswith(("http://", "https://")):  # the driver runs on the head, as a Ray job
+        args = [llp, "submit", "--address", address, "--follow", "--profile", profile]
+        args += (["--run-id", run_id] if run_id else []) + (["--resume"] if resume else [])
+    elif resume:
         args = [llp, "resume", run_id]
     else:
         args = [llp, "run", "--profile", profile] + (["--run-id", run_id] if run_id else [])

@@ -19,8 +19,10 @@ DONE = ("SUCCEEDED", "FAILED", "STOPPED")
 AGENT_WAIT_S = 120.0  # a freshly started head's job agent takes a while to register
 
 
-def entrypoint(profile: str, sets: list[str], run_id: str, until_stage: str | None, force: list[str]) -> str:
-    args = ["llp", "run", "--profile", profile, "--run-id", run_id]
+def entrypoint(profile: str, sets: list[str], run_id: str, until_stage: str | None, force: list[str],
+               resume: bool = False) -> str:  # fmt: skip
+    """The command the job runs on the head: `llp run` (or `llp resume` of ``run_id``, which keeps its config)."""
+    args = ["llp", "resume", run_id] if resume else ["llp", "run", "--profile", profile, "--run-id", run_id]
     args += [a for s in sets for a in ("--set", s)]
     args += ["--until-stage", until_stage] if until_stage else []
     args += [a for stage in force for a in ("--force", stage)]

@@ -263,11 +263,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from llp.flows.run_request import check_run_id, select_stages
     from llp.flows.submit import entrypoint, passed_env, submit
 
+    if args.resume and not args.run_id:
+        raise ValueError("--resume continues a run: name it with --run-id")
     cfg = _load(args)  # the same checks as `llp run`, here, before anything is sent
     run_id = check_run_id(args.run_id or new_run_id())
     select_stages(list(cfg.stages), None, args.until_stage, args.force)
     env = passed_env(args.env)
-    command = entrypoint(args.profile, args.set, run_id, args.until_stage, args.force)
+    command = entrypoint(args.profile, args.set, run_id, args.until_stage, args.force, resume=args.resume)
     return submit(args.address, command, run_id, env, args.follow)
 
 
@@ -792,6 +794,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--env", action="append", default=[], metavar="NAME",
                    help="pass this variable to the job (no credentials), e.g. MLFLOW_TRACKING_URI")  # fmt: skip
     q.add_argument("--follow", action="store_true", help="stream the job's output; exit with its status")
+    q.add_argument("--resume", action="store_true",
+                   help="continue the run --run-id on the head (`llp resume` there), not start one")  # fmt: skip
     q.set_defaults(fn=cmd_submit)
 
     q = sub.add_parser("compare", help="pipeline runs side by side from MLflow (tables, plots, the paper's numbers)")

@@ -465,3 +465,33 @@ def test_mlflow_on_kubernetes_accepts_its_service_s_names_and_refuses_other_host
             assert code == 403 and "Invalid Host header" in body, (host, code, body[:200])
     finally:
         server.stop()
+
+
+def test_a_prefect_worker_without_a_raylet_sends_the_run_to_the_head_as_a_ray_job(monkeypatch):
+    """On Kubernetes the worker's pod has no raylet, so it cannot be a Ray driver: with RAY_ADDRESS a job server's
+    URL the deployment's flow runs `llp submit --follow` (a resume too); with a GCS address it stays the driver.
+    On AWS the worker runs on the head and is given the head's GCS address."""
+    from llp.flows.deployment import llp_command
+    from llp.flows.submit import entrypoint
+
+    monkeypatch.setenv("RAY_ADDRESS", "http://llp-head-svc.llp.svc.cluster.local:8265")
+    sent = llp_command("cluster", ["seed=3"], "exp-1", False, "merge", [])
+    assert sent[1:7] == ["submit", "--address", "http://llp-head-svc.llp.svc.cluster.local:8265", "--follow",
+                         "--profile", "cluster"]  # fmt: skip
+    assert sent[7:] == ["--run-id", "exp-1", "--set", "seed=3", "--until-stage", "merge"]
+    assert llp_command("cluster", [], "exp-1", True, None, [])[1:] == [
+        "submit", "--address", "http://llp-head-svc.llp.svc.cluster.local:8265", "--follow", "--profile", "cluster",
+        "--run-id", "exp-1", "--resume"]  # fmt: skip
+    assert entrypoint("cluster", [], "exp-1", None, [], resume=True) == "llp resume exp-1"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert llp_command("cluster", [], "exp-1", False, None, [])[1:4] == ["run", "--profile", "cluster"]
+    worker = next(d for _, d in _manifests() if d["kind"] == "Deployment" and d["metadata"]["name"] == "prefect-worker")
+    env = {e["name"]: e.get("value") for e in worker["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RAY_ADDRESS"].startswith("http://") and env["RAY_ADDRESS"].endswith(":8265")
+    script = (ROOT / "infra" / "aws" / "start_services.sh").read_text()
+    assert 'RAY_ADDRESS="${RAY_ADDRESS:-127.0.0.1:6379}" nohup prefect worker start' in script
+
+
+def test_llp_submit_resume_needs_the_run_it_continues(llp):
+    result = llp("submit", "--profile", "smoke", "--resume", timeout=60)
+    assert result.returncode == 2 and "--resume continues a run: name it with --run-id" in result.stderr

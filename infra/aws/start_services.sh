@@ -41,5 +41,6 @@ for _ in range(90):
         time.sleep(2)
 PY
 prefect work-pool create llp --type process --overwrite >/dev/null
-nohup prefect worker start --pool llp >"$logs/prefect-worker.log" 2>&1 &
+# the worker's flow runs `llp run` on this node as the Ray driver: it joins the cluster this node heads
+RAY_ADDRESS="${RAY_ADDRESS:-127.0.0.1:6379}" nohup prefect worker start --pool llp >"$logs/prefect-worker.log" 2>&1 &
 echo "MLflow http://127.0.0.1:5000, Prefect http://127.0.0.1:4200 (logs in $logs)"
