@@ -1,0 +1,7 @@
+"""`python -m llp.cli`: the `llp` command."""
+
+import sys
+
+from llp.cli import main
+
+sys.exit(main())
