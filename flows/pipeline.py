@@ -1,4 +1,6 @@
-"""The Prefect flow ``llp-pipeline``: one retryable, cached task per LLP stage.
+"""Starting a pipeline run: its folder, ledger and config, its MLflow pipeline run, the inputs it takes from
+the registry, and Prefect's server; then the flow ``llp-pipeline`` (``llp.flows.stage_flow``) runs one
+retryable, cached task per LLP stage (``llp.flows.stage_run.execute_stage``).
 
 A stage's cache key is a content hash of (stage name, resolved stage config and
 resources, the versions of its input models, the stage code version), and its
@@ -10,20 +12,17 @@ retried or resumed stage continues its own MLflow run from its last checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from llp.config.pipeline import PipelineConfig, config_hash, resolved
-from llp.config.schema import build
+from llp.config.pipeline import PipelineConfig, resolved
 from llp.flows.ledger import Ledger
 from llp.flows.run_request import select_stages
 from llp.flows.run_state import this_process
+from llp.flows.stage_run import outputs_exist
 from llp.infra.services import Service, prefect_env, start_prefect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,29 +51,6 @@ def code_version() -> str:
                 h.update(str(path.relative_to(ROOT)).encode())
                 h.update(path.read_bytes())
     return h.hexdigest()[:12]
-
-
-def stage_cache_key(stage: str, stage_cfg: dict, resources: dict, input_versions: dict, code: str, seed: int,
-                    sim: dict) -> str:  # fmt: skip
-    """Everything that changes a stage's result: its config, resources, physics engine, inputs, code and seed."""
-    payload = {
-        "stage": stage,
-        "config": stage_cfg,
-        "resources": resources,
-        "sim": sim,
-        "inputs": input_versions,
-        "code": code,
-        "seed": seed,
-    }
-    return f"llp-{stage}-{config_hash(payload)}"
-
-
-def stage_seed(cfg: PipelineConfig, stage: str) -> int:
-    """Each stage's own seed, from the pipeline seed and the stage's name: a stage added to the pipeline leaves
-    the others' seeds (their training and evaluation trials) as they were."""
-    import zlib
-
-    return (cfg.seed + zlib.crc32(stage.encode())) % (1 << 31)
 
 
 @dataclass
@@ -199,136 +175,18 @@ def run_pipeline(
     ledger.set(mlflow_tracking_uri=uri, mlflow_parent_run=parent_id, mlflow_link=tracking.run_link(parent_id))
 
     prepare_prefect(run_root)
-    from prefect import flow, tags, task
-    from prefect.runtime import flow_run, task_run
+    from prefect import tags
 
-    results_dir = run_root / "prefect" / "results"
-    code = code_version()
+    from llp.flows.stage_flow import ACTIVE, pipeline_flow
+    from llp.flows.stage_run import PipelineRun
 
-    def cache_key_fn(_ctx, params: dict) -> str:
-        return stage_cache_key(
-            params["stage"],
-            params["stage_cfg"],
-            params["resources"],
-            params["input_versions"],
-            params["code"],
-            params["seed"],
-            params["sim"],
-        )
-
-    @task(
-        task_run_name="{stage}",
-        cache_key_fn=cache_key_fn,
-        persist_result=True,
-        result_storage=results_dir,
-        result_serializer="json",
-    )
-    def stage_task(
-        stage: str,
-        stage_cfg: dict,
-        resources: dict,
-        inputs: dict,
-        input_versions: dict,
-        code: str,
-        seed: int,
-        sim: dict,
-    ) -> dict:
-        return execute_stage(
-            cfg,
-            run_id,
-            run_dir,
-            stage,
-            stage_cfg,
-            resources,
-            inputs,
-            input_versions,
-            code,
-            seed,
-            sim,
-            parent_id,
-            ledger,
-            task_run.run_count,
-            stream,
-        )
-
-    @flow(name=cfg.name, flow_run_name="{run_id}", log_prints=False)
-    def llp_pipeline(run_id: str, stages: list[str]) -> dict:
-        from llp.stages.registry import input_source, stage_config, stage_spec
-
-        ledger.set(prefect_flow_run=str(flow_run.id), prefect_api=os.environ.get("PREFECT_API_URL"))
-        print(
-            f"[llp] pipeline run {run_id}: Prefect flow run {flow_run.id} ({os.environ.get('PREFECT_API_URL')})",
-            file=stream,
-            flush=True,
-        )
-        print(f"[llp] MLflow: {tracking.run_link(parent_id)}", file=stream, flush=True)
-        outputs: dict[str, dict] = {}
-        resources, sim = resolved(cfg)["resources"], resolved(cfg)["sim"]
-        for name in stages:
-            spec = stage_spec(cfg, name)
-            stage_cfg = resolved(cfg)["stages"][name]
-            typed = stage_config(cfg, name)
-            inputs = {}
-            for input_name, source in spec.inputs(typed).items():
-                upstream, output = input_source(input_name, source)  # an upstream stage's output
-                made = external.get((name, input_name))
-                inputs[input_name] = made or _produced(outputs, upstream, output, name, run_id)
-            input_versions = {
-                k: f"{tracking.parse_model_uri(v)[0]}/{tracking.parse_model_uri(v)[1]}" for k, v in inputs.items()
-            }
-            started = time.time()
-            refresh = name in (force or [])
-            state = stage_task.with_options(
-                retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=refresh
-            )(name, stage_cfg, resources, inputs, input_versions, code, stage_seed(cfg, name), sim, return_state=True)
-            if state.is_failed() or state.is_crashed():
-                err = state.result(raise_on_failure=False)
-                ledger.stage_update(name, state="failed", ended=time.time(), error=repr(err))
-                raise RuntimeError(f"stage {name} failed: {err!r}") from (
-                    err if isinstance(err, BaseException) else None
-                )
-            result = state.result()
-            cached = state.name == "Cached"
-            if cached and not _outputs_exist(result.get("outputs", {})):
-                # the cache points at models this registry no longer has: compute them again
-                state = stage_task.with_options(
-                    retries=getattr(typed, "retries", 0), retry_delay_seconds=1, refresh_cache=True
-                )(
-                    name,
-                    stage_cfg,
-                    resources,
-                    inputs,
-                    input_versions,
-                    code,
-                    stage_seed(cfg, name),
-                    sim,
-                    return_state=True,
-                )
-                result, cached = state.result(), False
-            for uri in result.get("outputs", {}).values():
-                if isinstance(uri, str) and uri.startswith("models:/"):
-                    tracking.set_alias(uri, f"run-{run_id}")
-            outputs[name] = result.get("outputs", {})
-            entry = {
-                "state": "cached" if cached else "completed",
-                "outputs": outputs[name],
-                "cache_key": result.get("cache_key"),
-                "mlflow_run": result.get("mlflow_run_id"),
-                "ended": time.time(),
-            }
-            if cached:
-                entry.update(started=started, cached_from=result.get("pipeline_run"))
-            ledger.stage_update(name, **entry)
-            if entry["mlflow_run"]:  # `llp compare` finds each stage's run, cached or not, from the pipeline run
-                client.set_tag(parent_id, f"llp.stage_run.{name}", entry["mlflow_run"])
-            verb = "cached (skipped)" if cached else "completed"
-            shown = ", ".join(f"{k}={v}" for k, v in outputs[name].items()) or "no model outputs"
-            print(f"[llp] {name}: {verb}; {shown}", file=stream, flush=True)
-        return outputs
-
+    run = PipelineRun(cfg=cfg, run_id=run_id, run_dir=run_dir, parent_id=parent_id, ledger=ledger, stream=stream,
+                      code=code_version(), results_dir=run_root / "prefect" / "results", external=external,
+                      force=list(force or []))  # fmt: skip
+    ACTIVE[run_id] = run
     with tags("llp", f"run:{run_id}", f"profile:{cfg.profile}"):
         try:
-            outputs = llp_pipeline(run_id, selected)
+            outputs = pipeline_flow.with_options(name=cfg.name)(run_id, selected)
         except Exception as err:  # the flow failed: the ledger says where, the caller says how to resume
             ledger.set(state="failed", ended=time.time(), error=repr(err))
             client.set_terminated(parent_id, "FAILED")
@@ -340,6 +198,8 @@ def run_pipeline(
             ledger.set(state="interrupted", ended=time.time(), error=repr(err))
             client.set_terminated(parent_id, "KILLED")
             raise
+        finally:
+            ACTIVE.pop(run_id, None)
     ledger.set(state="completed", ended=time.time())
     client.set_terminated(parent_id, "FINISHED")
     return PipelineResult(run_id, "completed", ledger.data.get("prefect_flow_run"), outputs)
@@ -354,17 +214,6 @@ def ray_logs_location(log_dir: Path) -> str:
     temp = ray_temp_dir(log_dir)
     shown = str(log_dir) if temp == log_dir else f"{log_dir} -> {temp}"
     return f"{shown} (session_latest/logs)"
-
-
-def _produced(outputs: dict[str, dict], upstream: str, output: str, stage: str, run_id: str) -> str:
-    """``upstream``'s ``output`` from this invocation, or an error that names who lacks what and how to redo it."""
-    try:
-        return outputs[upstream][output]
-    except KeyError:
-        raise ValueError(
-            f"stage {stage!r} needs {upstream}'s {output!r}, which that stage did not produce in this run; "
-            f"re-run it with `llp resume {run_id} --force {upstream}`"
-        ) from None
 
 
 def _external_inputs(cfg, selected: list[str], run_id: str, ledger: Ledger, stream) -> dict[tuple[str, str], str]:
@@ -396,7 +245,7 @@ def _resolve_upstream(stage: str, output: str, name: str, run_id: str, ledger: L
     what = repr(output) if input_name in ("", output) else f"{input_name!r} ({stage}'s {output!r})"
     recorded = ledger.data.get("stages", {}).get(stage, {}).get("outputs", {}).get(output)
     if recorded:
-        if not _outputs_exist({output: recorded}):
+        if not outputs_exist({output: recorded}):
             raise ValueError(
                 f"input {what} of this run is {recorded} (recorded by its stage {stage!r}), but the registry "
                 f"no longer has that version: re-create it with `llp resume {run_id} --force {stage}`"
@@ -413,121 +262,3 @@ def _resolve_upstream(stage: str, output: str, name: str, run_id: str, ledger: L
     uri = f"models:/{name}/{versions[0].version}"
     print(f"[llp] input {what}: {uri}, the newest version (run {run_id} has not run {stage!r})", file=stream)
     return uri
-
-
-def _outputs_exist(outputs: dict) -> bool:
-    from mlflow import MlflowClient
-
-    client = MlflowClient()
-    for uri in outputs.values():
-        if isinstance(uri, str) and uri.startswith("models:/"):
-            name, version = uri[len("models:/") :].rsplit("/", 1)
-            try:
-                client.get_model_version(name, version)
-            except Exception:
-                return False
-    return True
-
-
-def execute_stage(
-    cfg: PipelineConfig,
-    run_id: str,
-    run_dir: Path,
-    stage: str,
-    stage_cfg: dict,
-    resources: dict,
-    inputs: dict,
-    input_versions: dict,
-    code: str,
-    seed: int,
-    sim: dict,
-    parent_id: str,
-    ledger: Ledger,
-    attempt: int,
-    stream,
-) -> dict:
-    """The body of a stage task: find or start the stage's MLflow run, build its context, run the stage."""
-    import mlflow
-
-    from llp.config.resources import ResourcesConfig
-    from llp.flows import tracking
-    from llp.flows.context import StageContext
-    from llp.flows.tracking import flatten
-    from llp.sim.backend import simulating_on
-    from llp.stages.registry import stage_spec
-
-    spec = stage_spec(cfg, stage)
-    key = stage_cache_key(stage, stage_cfg, resources, input_versions, code, seed, sim)
-    ledger.stage_started(stage, attempt)
-    print(f"[llp] {stage}: running (attempt {attempt})", file=stream, flush=True)
-    identity = {"llp.pipeline_run": run_id, "llp.stage": stage, "llp.cache_key": key}
-    previous = tracking.find_run(identity, cfg.experiment)
-    resume_id = previous.info.run_id if previous is not None and previous.info.status != "FINISHED" else None
-    lineage = {
-        "llp.inputs": json.dumps(inputs, sort_keys=True),
-        "llp.config_hash": config_hash({"stage": stage_cfg, "resources": resources, "seed": seed}),
-        "llp.code_version": code,
-        "llp.pipeline_run": run_id,
-        "llp.stage": stage,
-        "llp.cache_key": key,
-    }
-    try:
-        with mlflow.start_run(
-            run_id=resume_id,
-            run_name=None if resume_id else stage,
-            parent_run_id=parent_id,
-            tags=None if resume_id else {**identity, "llp.kind": "stage"},
-        ) as run:
-            if resume_id is None:
-                mlflow.log_params(
-                    {
-                        k: v[:6000]
-                        for k, v in flatten(
-                            {"stage": stage_cfg, "resources": resources, "sim": sim, "inputs": inputs}
-                        ).items()
-                    }
-                )
-            ledger.stage_update(stage, mlflow_run=run.info.run_id, mlflow_link=tracking.run_link(run.info.run_id))
-            print(
-                f"[llp] {stage}: MLflow run {tracking.run_link(run.info.run_id)}" + (" (resumed)" if resume_id else ""),
-                file=stream,
-                flush=True,
-            )
-            ctx = StageContext(
-                stage=stage,
-                pipeline_run=run_id,
-                run_dir=run_dir,
-                mlflow_run_id=run.info.run_id,
-                seed=seed,
-                resources=build(ResourcesConfig, resources),
-                model_names=spec.outputs,
-                lineage=lineage,
-                alias=f"run-{run_id}",
-                attempt=attempt,
-            )
-            t0 = time.perf_counter()
-            try:
-                with simulating_on(sim["backend"], sim["device"]):  # the env configs the stage builds
-                    typed = build(spec.config, {k: v for k, v in stage_cfg.items() if k != "kind"}, f"stages.{stage}")
-                    outputs = spec.run(ctx, typed, inputs)
-            except Exception:
-                ctx.drain_uploads()  # a retry resumes from the checkpoints this attempt sent
-                raise
-            except BaseException:  # Ctrl-C, SIGTERM: send what can be sent quickly, then stop
-                with contextlib.suppress(Exception):
-                    ctx.drain_uploads(timeout=30.0)
-                raise
-            ctx.drain_uploads()
-            st = ledger.stage(stage)
-            st["compute_s"] = st.get("compute_s", 0.0) + time.perf_counter() - t0
-            ledger.save()
-    except Exception as err:
-        ledger.stage_update(stage, state="failed", error=traceback.format_exc(limit=3))
-        # the reason on the console too, not only in ledger.json (Prefect retries the stage, or the run stops)
-        print(f"[llp] {stage}: attempt {attempt} failed: {type(err).__name__}: {str(err)[:500]}", file=stream,
-              flush=True)  # fmt: skip
-        raise
-    except BaseException as err:
-        ledger.stage_update(stage, state="interrupted", ended=time.time(), error=repr(err))
-        raise
-    return {"outputs": outputs, "mlflow_run_id": run.info.run_id, "cache_key": key, "pipeline_run": run_id}

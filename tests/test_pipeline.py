@@ -179,7 +179,7 @@ def test_the_final_evaluation_runs_the_deployable_files_in_closed_loop_as_the_to
     `llp evaluate` on the deployable runs the same files with the same outcomes."""
     import mlflow
 
-    from llp.flows.pipeline import stage_seed
+    from llp.flows.stage_run import stage_seed
     from llp.stages.registry import load_pipeline
 
     client = mlflow_client(services)
