@@ -148,7 +148,18 @@ def run_pipeline(
         experiment=cfg.experiment,
         driver=this_process(),  # later commands tell a killed run from a running one by this
     )
+    try:
+        return _run_started(cfg, run_id, run_root, run_dir, ledger, selected, force, stream, tags)
+    except BaseException as err:  # before or between stages (the flow says so itself once it runs): never "running"
+        if ledger.data.get("state") == "running":
+            interrupted = not isinstance(err, Exception)
+            ledger.set(state="interrupted" if interrupted else "failed", ended=time.time(), error=repr(err))
+        raise
 
+
+def _run_started(cfg: PipelineConfig, run_id: str, run_root: Path, run_dir: Path, ledger: Ledger, selected: list[str],
+                 force: list[str] | None, stream, tags: dict[str, str] | None) -> PipelineResult:  # fmt: skip
+    """The rest of ``run_pipeline``, once the run's ledger says it is running."""
     from llp.flows import tracking  # imports mlflow
 
     uri = tracking.configure(run_root, cfg.experiment)

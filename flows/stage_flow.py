@@ -8,6 +8,7 @@ parameters (the config, the ledger, the MLflow pipeline run, the console) is the
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -18,6 +19,22 @@ from llp.config.pipeline import resolved
 from llp.flows.stage_run import PipelineRun, StageRun, execute_stage, outputs_exist, produced, stage_seed
 
 ACTIVE: dict[str, PipelineRun] = {}  # run id -> the invocation this process is running
+
+
+class _OneLine(logging.Filter):
+    """Prefect's failure records without their traceback: a failed stage's reason is one line of its own
+    (`[llp] <stage>: attempt N failed: ...`), and the full traceback is in the ledger, not 80-150 console lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+def _quiet_prefect_tracebacks() -> None:
+    loggers = [logging.getLogger(n) for n in list(logging.Logger.manager.loggerDict) if n.startswith("prefect")]
+    for handler in {h for lg in [logging.getLogger(), *loggers] for h in lg.handlers}:
+        if not any(isinstance(f, _OneLine) for f in handler.filters):
+            handler.addFilter(_OneLine())
 
 
 def _cache_key(_ctx, params: dict) -> str:
@@ -50,6 +67,7 @@ def pipeline_flow(run_id: str, stages: list[str]) -> dict:
 
     run = ACTIVE[run_id]
     cfg, ledger, stream = run.cfg, run.ledger, run.stream
+    _quiet_prefect_tracebacks()  # Prefect has set up its logging by now
     ledger.set(prefect_flow_run=str(flow_run.id), prefect_api=os.environ.get("PREFECT_API_URL"))
     print(f"[llp] pipeline run {run_id}: Prefect flow run {flow_run.id} ({os.environ.get('PREFECT_API_URL')})",
           file=stream, flush=True)  # fmt: skip

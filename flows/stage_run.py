@@ -188,5 +188,9 @@ def execute_stage(run: PipelineRun, job: StageRun, attempt: int) -> dict:
         raise
     except BaseException as err:
         ledger.stage_update(stage, state="interrupted", ended=time.time(), error=repr(err))
+        stage_run = ledger.stage(stage).get("mlflow_run")
+        if stage_run:  # mlflow's context ends a run FAILED on any exception; interrupted is KILLED, as the pipeline's
+            with contextlib.suppress(Exception):
+                mlflow.MlflowClient().set_terminated(stage_run, "KILLED")
         raise
     return {"outputs": outputs, "mlflow_run_id": run.info.run_id, "cache_key": key, "pipeline_run": run_id}

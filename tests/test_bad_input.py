@@ -246,6 +246,7 @@ def test_reference_augmentation_that_accepts_no_round_fails_and_is_retried_with_
     assert "[llp] reference_augmentation: attempt 2 trains and tries with seeds from " in out  # ... with other seeds
     assert out.count("[llp] reference_augmentation: growth stops: round 1 fails its acceptance: dynamic:") == 2
     assert "accepted no round" in out and "no tracker for the skill stages" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]  # the reasons in one line each; the tracebacks in the ledger
     book = json.loads((root / "no-round" / "ledger.json").read_text())
     stage = book["stages"]["reference_augmentation"]
     assert book["state"] == "failed" and stage["state"] == "failed" and len(stage["attempts"]) == 2

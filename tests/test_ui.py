@@ -292,6 +292,6 @@ def test_sigterm_ends_a_run_as_interrupted_with_status_143_and_a_resume_hint(loc
     mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
     client = mlflow.MlflowClient()
     assert client.get_run(book["mlflow_parent_run"]).info.status == "KILLED"
-    assert client.get_run(book["stages"]["locomotion_teacher"]["mlflow_run"]).info.status in ("FAILED", "KILLED")
+    assert client.get_run(book["stages"]["locomotion_teacher"]["mlflow_run"]).info.status == "KILLED"
     status = llp_local("status", "terminated", "--run-root", str(root))
     assert "state interrupted" in status.stdout, status.stdout
