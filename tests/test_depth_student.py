@@ -47,24 +47,25 @@ def test_the_student_rollout_clears_the_gru_state_of_each_env_that_ended_and_onl
         assert float(hidden[t + 1][:, going].abs().amax(dim=-1).min()) > 0.0
 
 
+class Copier:  # a frozen expert: the action is the cue
+    is_recurrent = False
+
+    def observe(self, obs):
+        return obs["teacher"]["cue"]
+
+    def initial_memory(self, n):
+        from llp.learn.memory import Memory
+
+        return Memory()
+
+    def step(self, frame, memory):
+        return frame[:, :1], memory, None
+
+
 def test_pure_dagger_fits_the_critic_and_set_rule_switches_to_rl_with_a_fresh_learning_rate():
     env = CueMemory(num_envs=16, horizon=5)
     actor = _student(env.obs_dims(), ["policy/cue"])
     critic = Critic(build(CriticConfig, {"obs": ["teacher/cue"], "hidden_dims": [16]}), env.obs_dims())
-
-    class Copier:  # a frozen expert: the action is the cue
-        is_recurrent = False
-
-        def observe(self, obs):
-            return obs["teacher"]["cue"]
-
-        def initial_memory(self, n):
-            from llp.learn.memory import Memory
-
-            return Memory()
-
-        def step(self, frame, memory):
-            return frame[:, :1], memory, None
 
     distill = build(PPOConfig, {"num_steps": 10, "rl_coef": 0.0, "dagger_coef": 1.0, "learning_rate": 1e-3,
                                 "schedule": "fixed"})  # fmt: skip
@@ -255,19 +256,6 @@ def test_a_teacher_that_drives_takes_whole_episodes_and_the_student_still_learns
     """DAgger's beta (PPOConfig.teacher_drives): that share of the labelled envs' episodes executes the teacher's
     action, drawn afresh at each reset, so an episode is the teacher's or the student's from start to end; the
     labels (and the student's own actions, for its loss) are recorded either way. A rule with PPO refuses it."""
-    from llp.learn.memory import Memory
-
-    class Copier:  # the expert: the action is the cue
-        is_recurrent = False
-
-        def observe(self, obs):
-            return obs["teacher"]["cue"]
-
-        def initial_memory(self, n):
-            return Memory()
-
-        def step(self, frame, memory):
-            return frame[:, :1], memory, None
 
     class Recorded(CueMemory):  # what the env was asked to execute
         def step(self, actions):

@@ -12,13 +12,17 @@ ROOT = Path(__file__).resolve().parents[1]
 ABOVE = ("llp.stages", "llp.actors", "llp.flows", "llp.infra", "llp.cli", "ray", "prefect", "mlflow")
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, with_names: bool = False) -> set[str]:
+    """The modules ``path`` imports, lazily imported ones included; ``with_names``: also ``module.name`` for each
+    name imported from a module (it may be a submodule)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            if with_names:
+                names |= {f"{node.module}.{a.name}" for a in node.names}
     return names
 
 
@@ -83,13 +87,7 @@ def test_no_modules_import_each_other_in_a_cycle():
     files = _module_files()
     graph = {}
     for module, path in files.items():
-        names = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
-        graph[module] = {n for n in names if n in files and n != module}
+        graph[module] = {n for n in _imports(path, with_names=True) if n in files and n != module}
     index, low, stack, on, cycles = {}, {}, [], set(), []
     sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
 
@@ -122,12 +120,7 @@ def test_no_modules_import_each_other_in_a_cycle():
 
 def _stage_imports(path: Path) -> list[str]:
     """The stage modules that ``path`` imports (lazily imported ones included)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    names = _imports(path, with_names=True)
     stages = {f"llp.stages.{p.stem}" for p in (ROOT / "stages").glob("*.py") if p.stem != "__init__"}
     return sorted(n for n in names & (stages - set(SHARED)) if n != f"llp.stages.{path.stem}")
 
