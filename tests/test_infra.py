@@ -31,6 +31,31 @@ def _profile_resources() -> dict:
     return yaml.safe_load((ROOT / "conf" / "profile" / "cluster.yaml").read_text())["resources"]
 
 
+def _is_spot(node: dict) -> bool:
+    return node["node_config"].get("InstanceMarketOptions", {}).get("MarketType") == "spot"
+
+
+BUILT_IN = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+def _custom_resources(node: dict) -> dict:
+    return {k: v for k, v in node.get("resources", {}).items() if k not in BUILT_IN}
+
+
+def _is_fallback_of(node: dict, spot: dict) -> bool:
+    """An on-demand node type that takes what `spot` takes: no market options, the same instance type and custom
+    resources (so the same actors fit), the same image, nothing kept running, and ranked after the spot type."""
+    return (
+        not _is_spot(node)
+        and "InstanceMarketOptions" not in node["node_config"]
+        and node["node_config"]["InstanceType"] == spot["node_config"]["InstanceType"]
+        and _custom_resources(node) == _custom_resources(spot)
+        and node.get("docker") == spot.get("docker")
+        and node.get("min_workers", 0) == 0
+        and node.get("priority", 0) < spot.get("priority", 0)
+    )
+
+
 def test_the_aws_cluster_config_passes_ray_s_schema_and_names_the_profile_s_node_types():
     from ray.autoscaler._private.util import prepare_config, validate_config
 
@@ -44,14 +69,46 @@ def test_the_aws_cluster_config_passes_ray_s_schema_and_names_the_profile_s_node
     declared = {name for t in types.values() for name in t.get("resources", {})}
     wanted = {**_profile_resources()["sim_resources"], **_profile_resources()["learner_resources"]}
     assert set(wanted) <= declared, (wanted, declared)
-    for name, node in types.items():
-        if name != raw["head_node_type"]:
-            assert node["node_config"]["InstanceMarketOptions"]["MarketType"] == "spot", name
+    for name, node in types.items():  # workers are spot, or the on-demand fallback of a spot type (see below)
+        if name != raw["head_node_type"] and not _is_spot(node):
+            assert any(_is_fallback_of(node, spot) for spot in types.values() if _is_spot(spot)), name
     assert raw["provider"]["use_internal_ips"] is True
     assert "--dashboard-host=127.0.0.1" in " ".join(raw["head_start_ray_commands"])
     script = (INFRA / "aws" / "start_services.sh").read_text()
     assert subprocess.run(["bash", "-n", str(INFRA / "aws" / "start_services.sh")]).returncode == 0
     assert "--host 0.0.0.0" not in script and script.count("--host 127.0.0.1") == 2
+
+
+def test_spot_workers_span_several_subnets_and_each_has_an_on_demand_fallback():
+    """Issue 48 item 9 on AWS: every spot node type lists two or more subnets (Ray's AWS provider tries the next
+    one after a refused launch), and for every spot type there is an on-demand type with the same instance type
+    and custom resources, min_workers 0 and a lower autoscaler-v2 priority, so the placement the cluster profile
+    asks for (sim_resources, learner_resources) still finds a node when spot capacity is not there."""
+    raw = yaml.safe_load((INFRA / "aws" / "cluster.yaml").read_text())
+    types = raw["available_node_types"]
+    workers = {name: node for name, node in types.items() if name != raw["head_node_type"]}
+    spot = {name: node for name, node in workers.items() if _is_spot(node)}
+    assert spot, "no spot worker type"
+    for name, node in spot.items():
+        subnets = node["node_config"]["SubnetIds"]
+        assert len(subnets) >= 2 and len(set(subnets)) == len(subnets), (name, subnets)
+        fallbacks = [other for other, o in workers.items() if _is_fallback_of(o, node)]
+        assert fallbacks, (f"{name}: no on-demand fallback (its instance type and custom resources "
+                           f"{_custom_resources(node)}, min_workers 0, a lower priority)")  # fmt: skip
+        for other in fallbacks:
+            assert set(workers[other]["node_config"]["SubnetIds"]) >= set(subnets), (name, other)
+    wanted = {**_profile_resources()["sim_resources"], **_profile_resources()["learner_resources"]}
+    for resource in wanted:
+        assert any(resource in _custom_resources(node) for node in spot.values()), resource
+    # the twin check bites: other custom resources, a kept-running twin or one ranked first is no fallback
+    twin = copy.deepcopy(types["gpu"])
+    del twin["node_config"]["InstanceMarketOptions"]
+    twin["priority"] = types["gpu"].get("priority", 0) - 1
+    assert _is_fallback_of(twin, types["gpu"])
+    for field, value in (("resources", {"cpu_sim_node": 32}), ("min_workers", 1), ("priority", 5)):
+        assert not _is_fallback_of({**twin, field: value}, types["gpu"]), field
+    text = (INFRA / "aws" / "cluster.yaml").read_text()
+    assert "infra/README.md" in text and "Losing the head" in (INFRA / "README.md").read_text()
 
 
 RAY_FIELDS = {
@@ -129,6 +186,31 @@ def test_kubernetes_manifests_validate_against_the_api_schemas_and_expose_nothin
         assert f'\\"{name}\\"' in declared, name
 
 
+def test_the_kubernetes_head_keeps_the_gcs_state_in_redis_with_the_password_from_a_secret():
+    """Issue 48 item 9 on Kubernetes: the RayCluster turns on GCS fault tolerance the way KubeRay >= 1.3 takes
+    it (spec.gcsFaultToleranceOptions: a Redis address, the password from a Secret's key), and none of the
+    older settings KubeRay refuses next to it (the ray.io/ft-enabled annotation, RAY_REDIS_ADDRESS or
+    REDIS_PASSWORD in the head's env, redis-password in rayStartParams). No password is written in the file;
+    the Secret is created by hand, as infra/README.md says."""
+    cluster = next(d for _, d in _manifests() if d["kind"] == "RayCluster")
+    options = cluster["spec"].get("gcsFaultToleranceOptions")
+    assert options, "RayCluster llp: no gcsFaultToleranceOptions, a lost head loses the cluster's state"
+    assert set(options) <= {"redisAddress", "redisPassword", "redisUsername", "externalStorageNamespace"}, options
+    assert re.fullmatch(r"(rediss?://)?[\w.-]+:\d+", options["redisAddress"]), options["redisAddress"]
+    password = options["redisPassword"]
+    assert set(password) == {"valueFrom"}, password  # never `value`: that would be the password itself
+    ref = password["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "llp-ray-redis" and ref["key"], ref
+    assert "ray.io/ft-enabled" not in cluster["metadata"].get("annotations", {})
+    head = cluster["spec"]["headGroupSpec"]
+    (container,) = head["template"]["spec"]["containers"]
+    assert not {"RAY_REDIS_ADDRESS", "REDIS_PASSWORD", "REDIS_USERNAME"} & set(_env(container)), _env(container)
+    assert not {"redis-password", "redis-username"} & set(head["rayStartParams"])
+    readme = (INFRA / "README.md").read_text()
+    assert "create secret generic llp-ray-redis" in readme and f"--from-file={ref['key']}=" in readme
+    assert "Losing the head" in readme
+
+
 def test_images_build_from_this_repository_pin_their_bases_and_do_not_run_as_root():
     from dockerfile_parse import DockerfileParser
 
@@ -150,7 +232,10 @@ def test_images_build_from_this_repository_pin_their_bases_and_do_not_run_as_roo
         assert "-c constraints.txt" in runs, name
 
 
-CREDENTIAL = re.compile(r"AKIA[0-9A-Z]{16}|aws_secret_access_key\s*[:=]\s*\S|password\s*[:=]\s*\S+", re.I)
+# a password given as a reference to a Secret (KubeRay's redisPassword.valueFrom) is not one written down
+CREDENTIAL = re.compile(
+    r"AKIA[0-9A-Z]{16}|aws_secret_access_key\s*[:=]\s*\S|password\s*[:=]\s*(?!\{?\s*valueFrom\b)\S+", re.I
+)
 
 
 def test_no_credential_is_written_into_infra():
@@ -158,6 +243,10 @@ def test_no_credential_is_written_into_infra():
         if path.is_file() and path.suffix in (".yaml", ".yml", ".sh", ".md", ".cpu", ".gpu", ""):
             found = CREDENTIAL.search(path.read_text())
             assert found is None, f"{path}: {found.group(0)}"
+    # a Secret reference passes, the password written in its place does not
+    assert not CREDENTIAL.search("redisPassword:\n  valueFrom:\n    secretKeyRef: {name: s, key: auth}")
+    assert not CREDENTIAL.search("redisPassword: {valueFrom: {secretKeyRef: {name: s, key: auth}}}")
+    assert CREDENTIAL.search("redisPassword:\n  value: hunter2") and CREDENTIAL.search("redisPassword: hunter2")
 
 
 def test_the_prefect_deployment_starts_a_smoke_run_through_a_work_pool(services, tmp_path):
