@@ -12,6 +12,7 @@ retried or resumed stage continues its own MLflow run from its last checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -206,6 +207,9 @@ def _run_started(cfg: PipelineConfig, run_id: str, run_root: Path, run_dir: Path
             for st in ledger.data.get("stages", {}).values():
                 if st.get("state") == "running":
                     st.update(state="interrupted", ended=time.time())
+                if st.get("state") == "interrupted" and st.get("mlflow_run"):  # the stage's run too: KILLED
+                    with contextlib.suppress(Exception):  # (the signal may reach this thread, not the stage's)
+                        client.set_terminated(st["mlflow_run"], "KILLED")
             ledger.set(state="interrupted", ended=time.time(), error=repr(err))
             client.set_terminated(parent_id, "KILLED")
             raise
