@@ -264,11 +264,16 @@ def parse_model_uri(uri: str) -> tuple[str, str]:
     return name, version
 
 
+def check_model_uri(uri: str) -> None:
+    """A ValueError unless ``uri`` is a ``models:/`` URI (checked before any registry is opened)."""
+    if not uri.startswith("models:/"):
+        raise ValueError(f"expected a models:/ URI, got {uri!r}")
+
+
 def resolve_model_uri(uri: str) -> str:
     """``models:/NAME/VERSION`` for any model URI (a version, ``latest`` or ``@alias``), or a ValueError that says
     what the registry has."""
-    if not uri.startswith("models:/"):
-        raise ValueError(f"expected a models:/ URI, got {uri!r}")
+    check_model_uri(uri)
     rest = uri[len("models:/") :]
     name = rest.split("@", 1)[0] if "@" in rest else rest.rsplit("/", 1)[0]
     client = MlflowClient()

@@ -218,6 +218,7 @@ def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
     from llp.sim.backend import check_backend
 
     check_backend(cfg.sim.backend, cfg.sim.device, "sim")
+    cfg.check_gpu_layout()
     for skill, decl in cfg.skills.items():
         for role, stage in decl.items():
             check(stage in cfg.stages, f"skills.{skill}.{role}",

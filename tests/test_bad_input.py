@@ -169,7 +169,7 @@ def cli_cases(tmp):
 
 
 @pytest.mark.fault
-def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path, llp):
+def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path, tmp_path_factory, llp):
     old = tmp_path / "old" / "20261201-010203-abcd"  # a run from before, so `resume nosuch` can list it
     old.mkdir(parents=True)
     (old / "config.yaml").write_text("{}")
@@ -177,8 +177,9 @@ def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path,
     # a user's fresh machine: an earlier test in this process may have pointed MLflow at its server through the
     # environment (mlflow.set_tracking_uri sets MLFLOW_TRACKING_URI), which would give `llp evaluate` a registry
     fresh = {"MLFLOW_TRACKING_URI": None, "PREFECT_API_URL": None, "LLP_INJECT_FAULT": None}
+    fresh_dir = tmp_path_factory.mktemp("cwd")  # and a folder with no runs/ (the checkout's own may hold a registry)
     for args, message in cases:
-        result = llp(*args, env=fresh, timeout=120)
+        result = llp(*args, env=fresh, timeout=120, cwd=fresh_dir)
         shown = " ".join(a if len(a) < 60 else a[:20] + "..." for a in args)
         assert result.returncode == 2, f"{shown}: rc {result.returncode}\n{result.stderr[-1500:]}"
         assert message in result.stderr, f"{shown}: {result.stderr[-1500:]}"
@@ -188,6 +189,7 @@ def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path,
     assert not (tmp_path / "fresh").exists()  # `llp evaluate` of a model in no registry wrote nothing there
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "old"]  # no runs/, refs/, escape/ or prefect/
     assert not (tmp_path.parent / "escape").exists()
+    assert list(fresh_dir.iterdir()) == []  # nothing written where the commands ran
     assert len(cases) + len(LIBRARY_CASES) + len(CASES) + 3 >= 30  # with the motion-file and config cases, more
 
 

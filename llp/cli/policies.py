@@ -40,6 +40,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from llp.flows import tracking
         from llp.learn.spec import FrozenPolicy
 
+        tracking.check_model_uri(args.model)
         tracking.configure(run_root, cfg.experiment, create=False)
         uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before Ray starts
         policy = FrozenPolicy(uri, *tracking.download_policy(uri))
@@ -130,6 +131,7 @@ def _render_gait(args: argparse.Namespace) -> int:
     eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
     program, spec = None, None
     if args.model != "stand-still":
+        tracking.check_model_uri(args.model)
         tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment, create=False)
         program, spec = tracking.download_policy(tracking.resolve_model_uri(args.model))
     joints = None if spec is None else spec.get("action_joints")
@@ -186,6 +188,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         from llp.flows import tracking
         from llp.learn.spec import FrozenPolicy
 
+        tracking.check_model_uri(args.model)
         tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment, create=False)
         uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before any rendering
         frozen = FrozenPolicy(uri, *tracking.download_policy(uri))

@@ -64,6 +64,9 @@ class PipelineConfig:
             check(isinstance(decl, dict) and set(decl) == {"references", "expert"}, f"skills.{skill}",
                   "expected {references: <stage>, expert: <stage>}")  # fmt: skip
             check(all(isinstance(v, str) and v for v in decl.values()), f"skills.{skill}", "stage names are strings")
+
+    def check_gpu_layout(self) -> None:
+        """A GPU simulator needs the co-located layout (checked after the backend can run on that device)."""
         if self.sim.device != "cpu":  # one actor owns the GPU's Warp batch and the learner beside it
             check(self.resources.mode == "colocated", "sim.device",
                   f"{self.sim.device} simulates on a GPU, which needs resources.mode colocated (one actor owns "
