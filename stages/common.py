@@ -1,10 +1,22 @@
-"""Pieces shared by stage configs: which task and robot, with overrides validated at load time."""
+"""Pieces shared by stage configs: the envs and tasks they build, validated at load time, and what a deployed
+policy needs beside its network."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from llp.config.schema import ConfigError, check
+
+
+def checked_tracking_task(task: str, robot: str, overrides: dict[str, Any], path: str, env_field: str = "env"):
+    """The tracking task a stage will run, or a ConfigError whose path starts at the stage's ``env_field``."""
+    from llp.motion.tracking import tracking_task
+
+    try:
+        return tracking_task(task, robot, overrides)
+    except ConfigError as err:
+        where = err.path if err.path in ("task", "robot") else f"{env_field}.{err.path}"
+        raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
 
 
 def checked_env_config(task: str, robot: str, overrides: dict[str, Any], path: str):

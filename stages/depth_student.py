@@ -20,9 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from llp.config.schema import check, field
+from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.skills.protocol import EvaluateConfig, course_protocol
-from llp.stages.common import check_network_obs, checked_env_config, deployment_fields, transition_course
+from llp.stages.common import (
+    check_network_obs,
+    checked_env_config,
+    deployment_fields,
+    transition_course,
+)
 
 DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distilled student, for a resumed stage
 
@@ -70,14 +76,13 @@ def _evaluation() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class DepthStudentConfig:
+class DepthStudentConfig(TrainingStageConfig):
     """The student's networks, its teacher, camera and the two phases' budgets."""
 
     teacher: str = field(
         default="transition", doc="Upstream stage whose 'policy' labels the states (a height-scan policy)."
     )
     task: str = field(default="locomotion", doc="Task config (conf/task/); the teacher's task.")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(
         default_factory=_env,
         doc="Overrides of the task for every group: the depth group and the camera model (validated). The terrain "
@@ -97,8 +102,6 @@ class DepthStudentConfig:
         "episodes goes where the teacher takes them, so the student is labelled on states its own actions do not "
         "reach yet, on top of the box); the rest with the student driving alone.",
     )
-    checkpoint_every: int = field(default=50, doc="Iterations between mid-stage checkpoints.")
-    retries: int = field(default=2, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     distill: PPOConfig = field(default_factory=_distill, doc="Learning rule of distillation (rl_coef 0).")
     finetune: PPOConfig = field(default_factory=_finetune, doc="Learning rule of RL fine-tuning.")
     actor: ActorConfig = field(
@@ -110,16 +113,13 @@ class DepthStudentConfig:
     )
 
     def validate(self, path: str) -> None:
-        check(self.envs_per_actor >= 1, f"{path}.envs_per_actor", "must be >= 1")
-        check(self.distill_iterations >= 1, f"{path}.distill_iterations", "must be >= 1")
+        self.check_training(path, "distill_iterations")
         check(self.finetune_iterations >= 0, f"{path}.finetune_iterations", "must be >= 0 (0: no fine-tuning)")
         check(0 <= self.guided_iterations <= self.distill_iterations, f"{path}.guided_iterations",
               f"must be in [0, distill_iterations ({self.distill_iterations})]")  # fmt: skip
         check(self.guided_iterations == 0 or self.distill.teacher_drives > 0, f"{path}.distill.teacher_drives",
               "guided iterations need a teacher that drives some episodes: > 0")  # fmt: skip
         check(self.finetune.teacher_drives == 0, f"{path}.finetune.teacher_drives", "fine-tuning is RL: 0")
-        check(self.checkpoint_every >= 1, f"{path}.checkpoint_every", "must be >= 1")
-        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         check(self.distill.dagger_coef > 0, f"{path}.distill.dagger_coef", "distillation needs dagger_coef > 0")
         check(
             self.finetune.num_steps == self.distill.num_steps,

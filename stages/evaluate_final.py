@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llp.config.schema import check, field
+from llp.config.stage import StageConfig
 from llp.skills.protocol import EvaluateConfig, course_protocol
 
 # the policies judged, in the order of the report: role -> (config field naming the stage, the stage's output)
@@ -29,7 +30,7 @@ def _protocol() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class FinalEvaluationConfig:
+class FinalEvaluationConfig(StageConfig):
     """Which stages' policies to judge, where the climb heights come from, and the protocol."""
 
     teacher: str = field(
@@ -46,7 +47,6 @@ class FinalEvaluationConfig:
     protocol: EvaluateConfig = field(
         default_factory=_protocol, doc="The protocol: terrain settings, and the courses with their starts."
     )
-    retries: int = field(default=1, doc="Prefect retries of this stage.")
 
     def validate(self, path: str) -> None:
         check(any(getattr(self, f) for f, _ in ROLES.values()), path, "name at least one policy to judge")

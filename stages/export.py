@@ -15,21 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llp.config.schema import check, field
+from llp.config.stage import TaskStageConfig
 
 
 @dataclass(kw_only=True)
-class ExportConfig:
+class ExportConfig(TaskStageConfig):
     """What to export and how it is checked."""
 
     policy: str = field(default="depth_student", doc="Upstream stage whose 'policy' output is exported.")
     task: str = field(default="locomotion", doc="Task of the recording env (conf/task/).")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     record_envs: int = field(default=4, doc="Envs recorded for the agreement check.")
     record_steps: int = field(default=150, doc="Policy steps recorded per env (3 s at 50 Hz).")
     tolerance: float = field(default=1e-4, doc="Largest allowed |action difference| of an exported file.")
     timing_calls: int = field(default=2000, doc="Timed batch-1 steps per format.")
     step_budget_ms: float = field(default=20.0, doc="A policy step must take less (median, one CPU thread).")
-    retries: int = field(default=1, doc="Prefect retries of this stage.")
 
     def validate(self, path: str) -> None:
         check(self.record_envs >= 1, f"{path}.record_envs", "must be >= 1")

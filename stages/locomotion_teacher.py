@@ -11,9 +11,9 @@ checkpointed every ``checkpoint_every`` iterations, registered as
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from llp.config.schema import check, field
+from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.stages.common import check_network_obs, checked_env_config, deployment_fields
 
@@ -27,25 +27,16 @@ def _critic() -> CriticConfig:
 
 
 @dataclass(kw_only=True)
-class LocomotionTeacherConfig:
+class LocomotionTeacherConfig(TrainingStageConfig):
     """Budget and learning setup of the locomotion teacher."""
 
-    task: str = field(default="locomotion", doc="Task config (conf/task/).")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
-    env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task config (validated).")
-    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor's simulator instance.")
     iterations: int = field(default=1500, doc="PPO iterations.")
-    checkpoint_every: int = field(default=50, doc="Iterations between mid-stage checkpoints.")
-    retries: int = field(default=2, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=PPOConfig, doc="PPO settings.")
     actor: ActorConfig = field(default_factory=_actor, doc="Policy network (5 stacked frames, as the paper).")
     critic: CriticConfig = field(default_factory=_critic, doc="Privileged critic.")
 
     def validate(self, path: str) -> None:
-        check(self.envs_per_actor >= 1, f"{path}.envs_per_actor", "must be >= 1")
-        check(self.iterations >= 1, f"{path}.iterations", "must be >= 1")
-        check(self.checkpoint_every >= 1, f"{path}.checkpoint_every", "must be >= 1")
-        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
+        self.check_training(path, "iterations")
         per_actor = self.envs_per_actor * self.ppo.num_steps
         check(
             self.ppo.num_minibatches <= per_actor,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llp.config.schema import check, field
+from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, PPOConfig
-from llp.motion.walking_states import WalkingStatesConfig
 from llp.skills.groups import (
     STUDENT_OBS,
     TakesSkills,
@@ -38,7 +38,7 @@ from llp.skills.groups import (
 )
 from llp.skills.protocol import EvaluateConfig
 from llp.skills.trials import evaluate_locomotion, evaluate_skill_starts
-from llp.stages.common import checked_env_config
+from llp.stages.common import checked_env_config, checked_tracking_task
 
 
 def _ppo() -> PPOConfig:
@@ -54,29 +54,19 @@ def _evaluation() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class MergeConfig(TakesSkills):
+class MergeConfig(TakesSkills, TrainingStageConfig):
     """The experts, the groups' envs, the student and its budget."""
 
     teacher: str = field(default="locomotion_teacher", doc="Upstream stage whose 'policy' labels the locomotion group.")
     task: str = field(default="locomotion", doc="Task of the locomotion group (conf/task/).")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(
         default_factory=dict, doc="Overrides of the locomotion task (validated); the student drives every joint."
     )
-    skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
     skill_env: dict[str, Any] = field(
         default_factory=skill_group_overrides,
         doc="Overrides of the skill task: the terrain env's proprioception, the student's terms, phase B's start.",
     )
-    walking: WalkingStatesConfig = field(
-        default_factory=WalkingStatesConfig,
-        doc="How the teacher's walk is recorded for the skill groups' walking starts (skill_env.walking_starts).",
-    )
-    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
     iterations: int = field(default=1000, doc="DAgger iterations.")
-    checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
-    skill_trials: int = field(default=64, doc="Evaluation trials per policy on each skill group's course.")
-    retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=_ppo, doc="The learning rule: DAgger alone (rl_coef 0).")
     actor: ActorConfig = field(default_factory=_actor, doc="The unified student (no group label in its input).")
     evaluation: EvaluateConfig = field(
@@ -84,12 +74,7 @@ class MergeConfig(TakesSkills):
     )
 
     def validate(self, path: str) -> None:
-        from llp.config.schema import ConfigError
-        from llp.motion.tracking import tracking_task
-
-        for name in ("envs_per_actor", "iterations", "checkpoint_every", "skill_trials"):
-            check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
-        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
+        self.check_training(path, "iterations", "skill_trials")
         self.check_skills(path)
         check(self.ppo.rl_coef == 0, f"{path}.ppo.rl_coef", "the merge learns by DAgger alone (LLP): 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "the merge learns from its experts: > 0")
@@ -101,11 +86,7 @@ class MergeConfig(TakesSkills):
                   f"{ref!r} is not an observation of task {self.task!r} (it gives {produced})")  # fmt: skip
             check(term not in ("privileged", "gait_clock", "reference", "obstacle"), f"{path}.actor.obs[{i}]",
                   f"{ref!r}: the unified student reads what the robot senses in every group")  # fmt: skip
-        try:
-            task = tracking_task(self.skill_task, self.robot, self.skill_env)
-        except ConfigError as err:
-            where = err.path if err.path in ("task", "robot") else f"skill_env.{err.path}"
-            raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
+        task = checked_tracking_task(self.skill_task, self.robot, self.skill_env, path, "skill_env")
         check(task.action_offset == "default", f"{path}.skill_env.action_offset",
               "the student offsets the default pose")  # fmt: skip
         self.walking.validate(f"{path}.walking")

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from typing import Any
 
 from llp.config.schema import check, field
+from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.skills.trials import run_trials
-from llp.stages.common import check_network_obs
+from llp.stages.common import check_network_obs, checked_tracking_task
 
 # physics rollouts are checked with twice the IK's tolerances: soft contacts sink about 1 cm, joints overshoot
 # their limits by a few hundredths of a radian and their speed limit briefly
@@ -39,19 +39,15 @@ def _critic() -> CriticConfig:
 
 
 @dataclass(kw_only=True)
-class ReferenceAugmentationConfig:
+class ReferenceAugmentationConfig(TrainingStageConfig):
     """Which seed grows, by how much per round, and the tracker's budget."""
 
     seed: str = field(default="climb_step_25", doc="Motion seed (conf/seeds/).")
     task: str = field(default="tracking", doc="Tracking task config (conf/task/).")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
-    env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the tracking task config (validated).")
     rounds: int = field(default=2, doc="Growth rounds after the seed.")
     height_step: float = field(default=0.05, doc="Metres the obstacle and motion rise per round (paper: 5-10 cm).")
-    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor.")
     iterations: int = field(default=1000, doc="PPO iterations of the first round's tracker (from scratch).")
     iterations_per_round: int = field(default=500, doc="PPO iterations of each later round (from the last).")
-    checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
     trials: int = field(default=32, doc="Dynamic acceptance: rollouts from the first frame per round.")
     min_success: float = field(default=0.8, doc="Dynamic acceptance: the success rate a round needs.")
     max_heading_drift_deg: float | None = field(
@@ -60,14 +56,12 @@ class ReferenceAugmentationConfig:
         "degrees; null: measured and recorded (the library's 'heading drift'), not judged.",
     )
     retries: int = field(default=1, doc="Prefect retries of this stage (each starts again from round 1).")
-    ppo: PPOConfig = field(default_factory=PPOConfig, doc="PPO settings.")
+    ppo: PPOConfig = field(default_factory=PPOConfig, doc="PPO settings of each round's tracker.")
     actor: ActorConfig = field(default_factory=_actor, doc="Tracking policy.")
     critic: CriticConfig = field(default_factory=_critic, doc="Critic (reads body position errors too).")
 
     def validate(self, path: str) -> None:
         from llp.config.files import CONF_DIR
-        from llp.config.schema import ConfigError
-        from llp.motion.tracking import tracking_task
 
         seeds = sorted(p.stem for p in (CONF_DIR / "seeds").glob("*.yaml"))
         check(self.seed in seeds, f"{path}.seed", f"no seed {self.seed!r}; allowed values: {', '.join(seeds)}")
@@ -76,14 +70,9 @@ class ReferenceAugmentationConfig:
                   f"{self.max_heading_drift_deg}: need degrees in (0, 180), or null")  # fmt: skip
         check(self.rounds >= 1, f"{path}.rounds", "must be >= 1")
         check(0 < self.height_step <= 0.2, f"{path}.height_step", "must be in (0, 0.2] metres")
-        for name in ("envs_per_actor", "iterations", "iterations_per_round", "checkpoint_every", "trials"):
-            check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
+        self.check_training(path, "iterations", "iterations_per_round", "trials")
         check(0 <= self.min_success <= 1, f"{path}.min_success", "must be in [0, 1]")
-        try:
-            task = tracking_task(self.task, self.robot, self.env)
-        except ConfigError as err:
-            where = err.path if err.path in ("task", "robot") else f"env.{err.path}"
-            raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
+        task = checked_tracking_task(self.task, self.robot, self.env, path)
         check_network_obs(self, self.task, {g: list(t) for g, t in task.observations.items()}, path)
 
 

@@ -30,12 +30,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from llp.config.schema import check, field
+from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.motion.walking_states import WalkingStatesConfig
 from llp.skills.groups import STUDENT_OBS, lanes_env, walking_states
 from llp.skills.library import course_conditions, skill_references
 from llp.skills.trials import WALK_IN_UNHELD_Z, DefaultPose, lead_in_reach, lead_in_words, success_by_lead_in
-from llp.stages.common import check_network_obs, tracking_deployment_fields
+from llp.stages.common import (
+    check_network_obs,
+    checked_tracking_task,
+    tracking_deployment_fields,
+)
 
 
 def _env() -> dict[str, Any]:
@@ -84,27 +89,23 @@ class GeneralizationConfig:
 
 
 @dataclass(kw_only=True)
-class SkillExpertConfig:
+class SkillExpertConfig(TrainingStageConfig):
     """Which skill, the env around its reference, the student's networks and budget."""
 
     skill: str = field(default="climb_step", doc="Skill of the library entries it learns (its hardest accepted).")
     task: str = field(default="tracking", doc="Tracking task config (conf/task/), with env's overrides.")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(
         default_factory=_env,
         doc="Overrides of the tracking task: actions offset the default pose, the student's scan and command, "
         "the goal reward (validated).",
     )
-    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor.")
     iterations: int = field(default=1000, doc="Phase A: DAgger + PPO iterations.")
-    checkpoint_every: int = field(default=100, doc="Iterations between checkpoints (and metric uploads).")
     trials: int = field(default=64, doc="Evaluation trials from the first frame, per policy (the same trials).")
     walk_in_m: float = field(
         default=0.35,
         doc="Also evaluated from standing starts up to this far behind the motion's start (phase B's env with "
         "this lead-in): how far before its box the skill can begin. 0: not evaluated.",
     )
-    retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     library: str = field(
         default="reference_augmentation",
         doc="Stage whose 'library' holds the skill's references and whose 'tracker' is its tracking expert.",
@@ -125,11 +126,9 @@ class SkillExpertConfig:
     )
 
     def validate(self, path: str) -> None:
-        from llp.config.schema import ConfigError, merge
-        from llp.motion.tracking import tracking_task
+        from llp.config.schema import merge
 
-        for name in ("envs_per_actor", "iterations", "checkpoint_every", "trials"):
-            check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
+        self.check_training(path, "iterations", "trials")
         gen = self.generalization
         check(gen.iterations >= 0, f"{path}.generalization.iterations", "must be >= 0")
         check(self.walk_in_m >= 0, f"{path}.walk_in_m", "must be >= 0")
@@ -137,18 +136,10 @@ class SkillExpertConfig:
         check(gen.ppo.rl_coef > 0, f"{path}.generalization.ppo.rl_coef", "phase B learns by PPO alone: > 0")
         check(gen.ppo.num_steps == self.ppo.num_steps, f"{path}.generalization.ppo.num_steps",
               f"must match phase A's rollout length {self.ppo.num_steps}")  # fmt: skip
-        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "phase A learns from the tracking expert: > 0")
-        try:
-            task = tracking_task(self.task, self.robot, self.env)
-        except ConfigError as err:
-            where = err.path if err.path in ("task", "robot") else f"env.{err.path}"
-            raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
+        task = checked_tracking_task(self.task, self.robot, self.env, path)
         check(task.action_offset == "default", f"{path}.env.action_offset", "a skill policy offsets the default pose")
-        try:
-            gen_task = tracking_task(self.task, self.robot, merge(self.env, gen.env))
-        except ConfigError as err:
-            raise ConfigError(f"{path}.generalization.env.{err.path}", str(err).split(": ", 1)[-1]) from None
+        gen_task = checked_tracking_task(self.task, self.robot, merge(self.env, gen.env), path, "generalization.env")
         self.walking.validate(f"{path}.walking")
         check(task.walking_starts == 0, f"{path}.env.walking_starts", "phase A starts on its reference: 0")
         check(gen_task.walking_starts == 0 or self.teacher != "", f"{path}.generalization.env.walking_starts",

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llp.config.schema import check, field
+from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
-from llp.motion.walking_states import WalkingStatesConfig
 from llp.skills.groups import STUDENT_OBS, TakesSkills
 from llp.skills.protocol import EvaluateConfig, course_trials_env
 from llp.stages.common import checked_env_config, transition_course
@@ -77,7 +77,7 @@ def _evaluation() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class TransitionConfig(TakesSkills):
+class TransitionConfig(TakesSkills, TrainingStageConfig):
     """The student to start from, the groups' experts and envs, the course, the priors and the budget."""
 
     student: str = field(default="merge", doc="Upstream stage whose 'policy' the actor starts from.")
@@ -86,35 +86,25 @@ class TransitionConfig(TakesSkills):
         doc="Upstream stage whose 'policy' labels the terrain group and gives the walking prior.",
     )
     task: str = field(default="locomotion", doc="Task of the terrain and course groups (conf/task/).")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
     env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task for the terrain group.")
     course_env: dict[str, Any] = field(
         default_factory=transition_course, doc="Overrides of the task for the course group: its tiles, terms, rewards."
     )
-    skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
     skill_env: dict[str, Any] = field(default_factory=_skill_env, doc="Overrides of the skill task (as the merge's).")
-    walking: WalkingStatesConfig = field(
-        default_factory=WalkingStatesConfig,
-        doc="How the teacher's walk is recorded for the skill groups' walking starts (skill_env.walking_starts).",
-    )
-    envs_per_actor: int = field(default=64, doc="Envs in each simulator actor (each actor hosts one group).")
     iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations, the warm-up's included.")
     critic_warmup: int = field(
         default=50,
         doc="First iterations in which the actor learns by DAgger alone (no PPO on the course) while the new "
         "critic and the discriminators learn: PPO then starts from advantages of a fitted value function.",
     )
-    checkpoint_every: int = field(default=50, doc="Iterations between checkpoints (and metric uploads).")
     walking_prior_steps: int = field(default=100, doc="Steps of the teacher's rollouts for the walking prior.")
     walking_prior_envs: int = field(default=64, doc="Envs of the teacher's rollouts for the walking prior.")
-    skill_trials: int = field(default=64, doc="Evaluation trials per policy on each skill group's course.")
     course_evaluations: list[str] = field(
         default_factory=lambda: list(EVALUATION_STARTS),
         doc="Course evaluations, each on its own trials: approach (from the spawn: the entry into the skill), "
         "walk_in and step_in (0.7-0.8 and 0.55-0.65 m before the box: how far the entry reaches back), edge (the "
         "skill from its motion's start, 0.35-0.55 m before the box).",
     )
-    retries: int = field(default=1, doc="Prefect retries of this stage (each resumes from its last checkpoint).")
     ppo: PPOConfig = field(default_factory=_ppo, doc="PPO on the course group, DAgger on the expert groups.")
     actor: ActorConfig = field(default_factory=_actor, doc="The student (as the merge's; no group label).")
     critic: CriticConfig = field(
@@ -128,11 +118,8 @@ class TransitionConfig(TakesSkills):
     evaluation: EvaluateConfig = field(default_factory=_evaluation, doc="Protocol of the course and terrain trials.")
 
     def validate(self, path: str) -> None:
-        names = ("envs_per_actor", "iterations", "checkpoint_every", "skill_trials", "walking_prior_steps")
-        for name in (*names, "walking_prior_envs"):
-            check(getattr(self, name) >= 1, f"{path}.{name}", "must be >= 1")
+        self.check_training(path, "iterations", "skill_trials", "walking_prior_steps", "walking_prior_envs")
         check(0 <= self.critic_warmup < self.iterations, f"{path}.critic_warmup", "must be in [0, iterations)")
-        check(self.retries >= 0, f"{path}.retries", "must be >= 0")
         self.check_skills(path)
         check(self.ppo.rl_coef > 0, f"{path}.ppo.rl_coef", "the course group learns by PPO: > 0")
         check(self.ppo.dagger_coef > 0, f"{path}.ppo.dagger_coef", "the expert groups keep learning by DAgger: > 0")

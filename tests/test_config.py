@@ -83,3 +83,33 @@ def test_a_key_given_twice_in_a_yaml_file_is_refused_with_both_lines(tmp_path):
     assert str(path) in str(err.value)
     path.write_text("a: &x {b: 1}\nc:\n  <<: *x\n  d: 2\n")  # merge keys still work
     assert read_yaml(path) == {"a": {"b": 1}, "c": {"b": 1, "d": 2}}
+
+
+def test_no_field_of_a_stage_config_is_declared_alike_in_two_stages():
+    """A field two stages declare with the same default and words belongs in a shared config (stages/common.py):
+    every training stage's config builds on TrainingStageConfig, and redeclares a shared field only to change it."""
+    import dataclasses
+    from collections import defaultdict
+
+    from llp.config.stage import TrainingStageConfig
+    from llp.stages.registry import STAGES
+
+    def declared(cls) -> dict[str, tuple]:
+        own = {f.name: f for f in dataclasses.fields(cls) if f.name in cls.__dict__.get("__annotations__", {})}
+        return {n: (repr(f.default), getattr(f.default_factory, "__qualname__", None), f.metadata.get("doc"))
+                for n, f in own.items()}  # fmt: skip
+
+    configs = {kind: spec.config for kind, spec in STAGES.items()}
+    trained = [k for k, c in configs.items() if "checkpoint_every" in {f.name for f in dataclasses.fields(c)}]
+    assert len(trained) >= 6
+    assert all(issubclass(configs[k], TrainingStageConfig) for k in trained), trained
+    seen: dict[tuple, list[str]] = defaultdict(list)
+    for kind, cls in configs.items():
+        for name, how in declared(cls).items():
+            seen[(name, *how)].append(kind)
+    repeated = {key[0]: kinds for key, kinds in seen.items() if len(kinds) > 1}
+    assert repeated == {}, repeated
+    shared = declared(TrainingStageConfig)
+    for kind in trained:  # a redeclared shared field changes its default or its words
+        for name, how in declared(configs[kind]).items():
+            assert shared.get(name) != how, f"{kind}.{name} repeats TrainingStageConfig's"

@@ -31,6 +31,12 @@ class TakesSkills:
         default_factory=dict,
         doc=f"Skill name -> the stage whose library holds its references (a skill not named: {DEFAULT_LIBRARY}).",
     )
+    skill_task: str = field(default="tracking", doc="Task of the skill groups (conf/task/).")
+    walking: WalkingStatesConfig = field(
+        default_factory=WalkingStatesConfig,
+        doc="How the teacher's walk is recorded for the skill groups' walking starts (skill_env.walking_starts).",
+    )
+    skill_trials: int = field(default=64, doc="Evaluation trials per policy on each skill group's course.")
 
     def library_of(self, skill: str) -> str:
         return self.libraries.get(skill, DEFAULT_LIBRARY)

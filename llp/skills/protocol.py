@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llp.config.schema import check, field
+from llp.config.stage import TaskStageConfig
 from llp.stages.common import checked_env_config
 
 
@@ -15,13 +16,11 @@ def _traverse() -> list[str]:
 
 
 @dataclass(kw_only=True)
-class EvaluateConfig:
+class EvaluateConfig(TaskStageConfig):
     """What to evaluate, and the protocol's trial counts and rules."""
 
     policy: str = field(default="locomotion_teacher", doc="Upstream stage whose 'policy' output is evaluated.")
-    task: str = field(default="locomotion", doc="Task config (conf/task/).")
-    robot: str = field(default="lightbot0_like", doc="Robot config (conf/robot/).")
-    env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task config (validated).")
+    env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task config for the trials (validated).")
     trials: int = field(default=20, doc="Trials per setting (the paper: 500 per skill setting).")
     transition_trials: int = field(default=20, doc="Trials per transition-course setting (the paper: 100).")
     duration_s: float = field(default=10.0, doc="Longest trial, seconds.")
