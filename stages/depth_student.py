@@ -22,6 +22,7 @@ from typing import Any
 from llp.config.schema import check, field
 from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.skills.library import CourseOfSkill, course_at
 from llp.skills.protocol import EvaluateConfig, course_protocol
 from llp.stages.common import (
     check_network_obs,
@@ -76,7 +77,7 @@ def _evaluation() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class DepthStudentConfig(TrainingStageConfig):
+class DepthStudentConfig(CourseOfSkill, TrainingStageConfig):
     """The student's networks, its teacher, camera and the two phases' budgets."""
 
     teacher: str = field(
@@ -160,6 +161,18 @@ class DepthStudentConfig(TrainingStageConfig):
     def groups(self) -> list[str]:
         return ["terrain", "course"] if self.course_env else ["terrain"]
 
+    def inputs(self) -> dict[str, str]:
+        courses = bool(self.course_env or self.evaluation.courses)  # the library gives their heights
+        return {"policy": self.teacher, **(self.course_input() if courses else {})}
+
+    def at_heights(self, heights: list[float] | None) -> DepthStudentConfig:
+        """This config with its course group and its course evaluations at ``heights`` (None: as written)."""
+        from dataclasses import replace
+
+        course = course_at(self.course_env, heights) if self.course_env else {}
+        evaluation = replace(self.evaluation, course_env=course_at(self.evaluation.course_env, heights))
+        return replace(self, course_env=course, evaluation=evaluation)
+
 
 def student_env(cfg: DepthStudentConfig, teacher_spec: dict, group: str = "terrain"):
     """The training env of ``group``: the task with the stage's overrides, driving the joints the teacher drives;
@@ -192,6 +205,7 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.learn.spec import EnvGroup, TeacherSpec, TrainSpec
 
     teacher = ctx.frozen_policy(inputs["policy"])
+    cfg = cfg.at_heights(cfg.course_heights(ctx, inputs))
     envs = {group: student_env(cfg, teacher.spec, group) for group in cfg.groups}
     env_cfg = envs["terrain"]
     camera = (

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from llp.config.schema import check, field
 from llp.config.stage import StageConfig
+from llp.skills.library import CourseOfSkill, course_at
 from llp.skills.protocol import EvaluateConfig, course_protocol
 
 # the policies judged, in the order of the report: role -> (config field naming the stage, the stage's output)
@@ -30,7 +31,7 @@ def _protocol() -> EvaluateConfig:
 
 
 @dataclass(kw_only=True)
-class FinalEvaluationConfig(StageConfig):
+class FinalEvaluationConfig(CourseOfSkill, StageConfig):
     """Which stages' policies to judge, where the climb heights come from, and the protocol."""
 
     teacher: str = field(
@@ -38,12 +39,6 @@ class FinalEvaluationConfig(StageConfig):
     )
     student: str = field(default="depth_student", doc="Stage whose 'policy' is the depth student ('': not judged).")
     deployable: str = field(default="export", doc="Stage whose 'deployable' holds the exported files ('': none).")
-    library: str = field(
-        default="reference_augmentation",
-        doc="Stage whose 'library' gives the course's climb heights: every accepted height of `skill` ('': the "
-        "heights in protocol.course_env).",
-    )
-    skill: str = field(default="climb_step", doc="The skill whose accepted heights the courses take.")
     protocol: EvaluateConfig = field(
         default_factory=_protocol, doc="The protocol: terrain settings, and the courses with their starts."
     )
@@ -55,31 +50,20 @@ class FinalEvaluationConfig(StageConfig):
 
     def inputs(self) -> dict[str, str]:
         named = {role: f"{getattr(self, f)}.{out}" for role, (f, out) in ROLES.items() if getattr(self, f)}
-        return {**named, **({"library": f"{self.library}.library"} if self.library else {})}
-
-
-def with_heights(protocol: EvaluateConfig, heights: list[float]) -> EvaluateConfig:
-    """The protocol with its courses at ``heights`` (one setting each)."""
-    from dataclasses import replace
-
-    from llp.config.schema import merge
-
-    terrain = {"climb_heights": list(heights), "num_levels": max(2, len(heights))}
-    return replace(protocol, course_env=merge(protocol.course_env, {"terrain": terrain}))
+        return {**named, **self.course_input()}
 
 
 def run(ctx, cfg: FinalEvaluationConfig, inputs: dict[str, str]) -> dict[str, str]:
     """Every named policy and the stand-still baseline on the same trials; the reports and their agreement go to
     the stage's MLflow run. Returns {} (metrics and pictures only)."""
+    from dataclasses import replace
+
     from llp.evaluation.pictures import comparison_figure
-    from llp.motion.library import accepted_heights
     from llp.skills.protocol import evaluate_policy
 
     protocol = cfg.protocol
-    if "library" in inputs and protocol.courses:
-        heights = accepted_heights(ctx.load_dataset(inputs["library"]), cfg.skill)
-        protocol = with_heights(protocol, heights)
-        print(f"[llp] {ctx.stage}: courses at the library's {cfg.skill} heights {heights} m", flush=True)
+    if protocol.courses:
+        protocol = replace(protocol, course_env=course_at(protocol.course_env, cfg.course_heights(ctx, inputs)))
     ctx.init_ray()
     judged = {role: inputs[role] for role in ROLES if role in inputs}
     reports = {}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from llp.config.pipeline import PipelineConfig
 from llp.config.schema import build, check
+from llp.skills.library import CourseOfSkill
 from llp.stages import (
     depth_student,
     evaluate,
@@ -109,7 +110,7 @@ STAGES: dict[str, StageSpec] = {
         name="depth_student",
         config=depth_student.DepthStudentConfig,
         run=depth_student.run,
-        inputs=lambda cfg: {"policy": cfg.teacher},
+        inputs=lambda cfg: cfg.inputs(),
         outputs={"policy": "llp-depth-student", "distilled": "llp-depth-student-distilled"},
         description="LLP stage 6: depth student (MLP-GRU-MLP over depth, proprioception and command; online "
         "DAgger from the height-scan policy with scan reconstruction, through the camera model; then PPO "
@@ -180,13 +181,19 @@ def stage_config(cfg: PipelineConfig, name: str):
 
 def expand_skills(cfg: PipelineConfig) -> PipelineConfig:
     """The merge and the transition take every skill of the pipeline's ``skills:`` (its expert's stage and the
-    stage whose library holds its references), unless their own config names skills; then the stages are put in
-    an order where every input comes from a stage before it (the config's order, each stage moved only behind
-    what it reads): a skill's stages may be declared anywhere, e.g. at the end of a profile."""
+    stage whose library holds its references), unless their own config names skills; a stage with a course (the
+    depth student, the final evaluation) takes the first skill's obstacle at its library's heights. Then the
+    stages are put in an order where every input comes from a stage before it (the config's order, each stage
+    moved only behind what it reads): a skill's stages may be declared anywhere, e.g. at the end of a profile."""
     for name, entry in cfg.stages.items():
         if stage_kind(cfg, name) in TAKES_SKILLS and cfg.skills and "skills" not in entry:
             entry["skills"] = {skill: d["expert"] for skill, d in cfg.skills.items()}
             entry.setdefault("libraries", {skill: d["references"] for skill, d in cfg.skills.items()})
+        kind = stage_kind(cfg, name)
+        if kind in STAGES and issubclass(STAGES[kind].config, CourseOfSkill) and cfg.skills and "skill" not in entry:
+            first = next(iter(cfg.skills))  # a course's obstacle: the first skill's, at its library's heights
+            entry["skill"] = first
+            entry.setdefault("library", cfg.skills[first]["references"])
     cfg.stages = {name: cfg.stages[name] for name in _dependency_order(cfg)}
     return cfg
 

@@ -88,7 +88,9 @@ class TransitionConfig(TakesSkills, TrainingStageConfig):
     task: str = field(default="locomotion", doc="Task of the terrain and course groups (conf/task/).")
     env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task for the terrain group.")
     course_env: dict[str, Any] = field(
-        default_factory=transition_course, doc="Overrides of the task for the course group: its tiles, terms, rewards."
+        default_factory=transition_course,
+        doc="Overrides of the task for the course group: its tiles, terms, rewards. Its climb heights are those its "
+        "first skill's library reached.",
     )
     skill_env: dict[str, Any] = field(default_factory=_skill_env, doc="Overrides of the skill task (as the merge's).")
     iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations, the warm-up's included.")
@@ -150,6 +152,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.actors.pool import TrainingPool
     from llp.learn.phases import Phase
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
+    from llp.motion.library import accepted_heights
     from llp.skills.groups import (
         locomotion_env,
         register_student,
@@ -157,14 +160,17 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
         skill_group_env,
         skill_walking_states,
     )
-    from llp.skills.library import skill_references
+    from llp.skills.library import course_at, skill_references
 
     student = ctx.frozen_policy(inputs["student"])
     weights = _student_weights(cfg, student)  # before anything expensive: the actor must be the student's shape
     teacher = ctx.frozen_policy(inputs["teacher"])
     loco_env = locomotion_env(cfg, teacher.spec)
-    course_env = checked_env_config(cfg.task, cfg.robot, cfg.course_env, "course_env")
     libraries = {stage: ctx.load_dataset(inputs[stage]) for stage in {cfg.library_of(s) for s in cfg.skills}}
+    first = next(iter(cfg.skills))  # the course's obstacle: the first skill's, at every height its library reached
+    heights = accepted_heights(libraries[cfg.library_of(first)], first)
+    course_overrides = course_at(cfg.course_env, heights)
+    course_env = checked_env_config(cfg.task, cfg.robot, course_overrides, "course_env")
     groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)], rl=False)]
     skill_refs, skill_groups = [], {}
     walk = skill_walking_states(ctx, cfg, inputs["teacher"])
@@ -178,7 +184,8 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     groups.append(EnvGroup("course", course_env, rl=True, amp=True))
     walk, climb = _priors(ctx, cfg, teacher, skill_refs)
     print(
-        f"[llp] {ctx.stage}: from {student.uri}; course group learns by PPO + AMP (walking prior: {len(walk)} "
+        f"[llp] {ctx.stage}: from {student.uri}; course group ({first} at {heights} m) learns by PPO + AMP "
+        f"(walking prior: {len(walk)} "
         f"transitions of {teacher.uri}; skill prior: {len(climb)} of {[r.id for r in skill_refs]}); "
         f"{[g.name for g in groups if not g.rl]} by DAgger",
         flush=True,
@@ -236,7 +243,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     table = {}
     for name in cfg.course_evaluations:
         start = evaluation_start(name, course_env.terrain.approach_length)
-        env = course_trials_env(cfg.course_env, start)
+        env = course_trials_env(course_overrides, start)
         course = replace(cfg.evaluation, task=cfg.task, robot=cfg.robot, traverse_types=[], env=env)
         group = f"course/{name}"
         table[group] = evaluate_locomotion(ctx, course, {**students, "stand still": None}, group=group)

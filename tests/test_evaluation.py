@@ -213,11 +213,14 @@ def test_a_policy_is_evaluated_at_its_own_control_rate_or_not_at_all():
 
 
 def test_course_settings_are_labelled_and_placed_as_configured():
+    from dataclasses import replace
+
     from llp.config.schema import ConfigError, build
-    from llp.stages.evaluate_final import FinalEvaluationConfig, with_heights
+    from llp.skills.library import course_at
+    from llp.stages.evaluate_final import FinalEvaluationConfig
 
     cfg = build(FinalEvaluationConfig, {}, "stages.evaluate_final")
-    protocol = with_heights(cfg.protocol, [0.275, 0.30, 0.325])
+    protocol = replace(cfg.protocol, course_env=course_at(cfg.protocol.course_env, [0.275, 0.30, 0.325]))
     course = protocol.course_config("course")
     assert course.terrain.climb_heights == [0.275, 0.30, 0.325] and course.randomization.goal_starts == [(0.0, 0.0)]
     settings = settings_for(course.terrain, 4, 7, [])

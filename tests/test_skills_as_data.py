@@ -68,6 +68,21 @@ def test_the_merge_builds_a_group_per_declared_skill_from_its_own_library(conf_w
         assert [typed.library_of(s) for s in typed.skills] == ["reference_augmentation", "references_step_up"]
     order = list(cfg.stages)
     assert order.index("skill_step_up") < order.index("merge") and order[-1] == "evaluate_final"
+    for stage in ("depth_student", "evaluate_final"):  # a course: the first skill's obstacle, from its library
+        typed = stage_config(cfg, stage)
+        assert (typed.skill, typed.library) == ("climb_step", "reference_augmentation")
+
+
+def test_the_depth_students_course_group_and_course_trials_take_the_librarys_heights():
+    from llp.stages.registry import load_pipeline, stage_config
+
+    cfg = stage_config(load_pipeline("local"), "depth_student")
+    assert cfg.inputs()["library"] == "reference_augmentation.library"
+    grown = cfg.at_heights([0.45, 0.50, 0.55])
+    for overrides in (grown.group_overrides("course"), grown.evaluation.course_env):
+        assert overrides["terrain"]["climb_heights"] == [0.45, 0.50, 0.55] and overrides["terrain"]["num_levels"] == 3
+    assert grown.group_overrides("terrain") == cfg.group_overrides("terrain")  # the terrain group is not a course
+    assert cfg.at_heights(None) == cfg
 
 
 @pytest.mark.parametrize(

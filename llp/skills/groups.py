@@ -11,11 +11,10 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.motion.walking_states import WalkingStatesConfig
-from llp.skills.library import course_conditions
+from llp.skills.library import DEFAULT_LIBRARY, course_conditions
 from llp.stages.common import checked_env_config, deployment_fields
 
 STUDENT_OBS = ["policy/proprio", "policy/height_scan", "policy/command"]
-DEFAULT_LIBRARY = "reference_augmentation"  # the stage that grows the climb's references
 
 
 @dataclass(kw_only=True)

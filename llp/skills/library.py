@@ -1,8 +1,49 @@
-"""A skill's references in the grown library, and the conditions its course meets."""
+"""A skill's references in the grown library, the course that follows them, and the conditions it meets."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from llp.config.schema import field
+
+DEFAULT_LIBRARY = "reference_augmentation"  # the stage that grows the climb's references
+
+
+@dataclass(kw_only=True)
+class CourseOfSkill:
+    """A stage whose course takes a skill's obstacle at every height its library reached (not the heights written
+    in the course's terrain), so that the course follows the library when the library grows."""
+
+    library: str = field(
+        default=DEFAULT_LIBRARY,
+        doc="Stage whose 'library' gives the course's climb heights: every accepted height of `skill` ('': the "
+        "heights written in the course's terrain).",
+    )
+    skill: str = field(default="climb_step", doc="The skill whose accepted heights the course takes.")
+
+    def course_input(self) -> dict[str, str]:
+        return {"library": f"{self.library}.library"} if self.library else {}
+
+    def course_heights(self, ctx, inputs: dict[str, str]) -> list[float] | None:
+        """The library's accepted heights of the skill (None without a library input), said on the console."""
+        if "library" not in inputs:
+            return None
+        from llp.motion.library import accepted_heights
+
+        heights = accepted_heights(ctx.load_dataset(inputs["library"]), self.skill)
+        print(f"[llp] {ctx.stage}: the course at the library's {self.skill} heights {heights} m", flush=True)
+        return heights
+
+
+def course_at(overrides: dict[str, Any], heights: list[float] | None) -> dict[str, Any]:
+    """Course overrides with the climb tiles at ``heights``, a level each (at least two: the start curriculum's);
+    unchanged for None."""
+    from llp.config.schema import merge
+
+    if heights is None:
+        return overrides
+    return merge(overrides, {"terrain": {"climb_heights": list(heights), "num_levels": max(2, len(heights))}})
 
 
 # The locomotion task's friction and the course's sideways spawn, which the skill meets on the transition course:
