@@ -86,20 +86,21 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     from llp.motion import acceptance as A
     from llp.motion.growth import raise_reference
     from llp.motion.library import Reference, ReferenceLibrary
-    from llp.motion.retarget import Retargeter, retarget_config
+    from llp.motion.retarget import Retargeter
     from llp.motion.scene import SceneModel
-    from llp.motion.seeds import seed_reference, seed_spec
+    from llp.motion.seeds import seed_reference, seed_retarget_config, seed_spec
     from llp.motion.tracking import TrackingEnvConfig, tracking_task
     from llp.sim.robot import RobotConfig
 
     task = tracking_task(cfg.task, cfg.robot, cfg.env)
     robot_cfg = build(RobotConfig, named("robot", cfg.robot), "robot")
-    rcfg = retarget_config(cfg.robot)
+    spec = seed_spec(cfg.seed)
+    rcfg = seed_retarget_config(spec)  # the robot's, with the seed's own frame costs (its growth is solved alike)
     solver = Retargeter(rcfg, robot_cfg)
     root = ctx.run_dir / "references" / ctx.stage
     shutil.rmtree(root, ignore_errors=True)  # a retry starts again from round 1
     library = ReferenceLibrary(root)
-    parent = library.add(seed_reference(seed_spec(cfg.seed)))
+    parent = library.add(seed_reference(spec))
     seed_motion = parent.qpos  # each round's rollout is measured against the seed's heading
     # a retry draws other seeds: on one machine the same seeds replay the same rounds (the walking seed's round 1
     # gave 56% of 32 trials twice over, to the tenth of a centimetre of tracking error; README)

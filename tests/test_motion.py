@@ -232,3 +232,20 @@ def test_a_heading_limit_outside_0_to_180_degrees_is_named():
     with pytest.raises(ConfigError, match=r"ra\.max_heading_drift_deg.*\(0, 180\)"):
         ReferenceAugmentationConfig(max_heading_drift_deg=0.0).validate("ra")
     ReferenceAugmentationConfig(max_heading_drift_deg=25.0).validate("ra")
+
+
+def test_the_whole_body_climb_seed_plants_its_hands_on_a_45_cm_top_and_passes_its_checks():
+    from dataclasses import replace
+
+    from llp.motion.seeds import seed_reference, seed_spec
+
+    spec = seed_spec("climb_whole_45")
+    assert spec.obstacle.height == 0.45 and spec.obstacle.height > 0.445  # above the standing pelvis
+    on_top = {c.frame for c in spec.contacts if c.surface == "top"}
+    assert on_top == {"left_hand", "right_hand", "left_foot", "right_foot"}
+    checks = {a.name: a for a in seed_reference(spec).acceptance}
+    assert checks["kinematic"].passed and checks["scene"].passed, [a.reason for a in checks.values()]
+    assert checks["scene"].numbers["worst_contact_distance_m"] < 0.02  # the hands and feet are on their surfaces
+    # the seed's own hand costs put the hands there: with the robot's, the posture task straightens the arms
+    plain = {a.name: a for a in seed_reference(replace(spec, frame_costs={})).acceptance}
+    assert not plain["scene"].passed and "hand" in plain["scene"].reason, plain["scene"].reason

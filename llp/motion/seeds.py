@@ -49,6 +49,11 @@ class SeedSpec:
     fps: float = field(default=50.0, doc="Frame rate of the solved trajectory (the policy rate).")
     keyframes: list[Keyframe] = field(doc="At least two, in time order, the first at t = 0.")
     contacts: list[Contact] = field(doc="Intended contacts with the obstacle's top and the floor.")
+    frame_costs: dict[str, float] = field(
+        default_factory=dict,
+        doc="Position costs of the IK's frame tasks that differ for this seed (the rest as conf/retarget/<robot>.yaml):"
+        " hands that carry weight on the box must be where they are placed, not where a straight arm puts them.",
+    )
 
     def validate(self, path: str) -> None:
         check(self.skill in ("climb_step", "speed_vault", "reverse_vault"), f"{path}.skill",
@@ -58,10 +63,24 @@ class SeedSpec:
         check(all(a < b for a, b in zip(times, times[1:])), f"{path}.keyframes", f"times must increase: {times}")
         for i, c in enumerate(self.contacts):
             check(c.end <= times[-1], f"{path}.contacts[{i}].end", f"past the last keyframe ({times[-1]} s)")
+        for name, cost in self.frame_costs.items():
+            check(name in TRACKS, f"{path}.frame_costs.{name}", f"not a track; allowed: {', '.join(TRACKS)}")
+            check(cost > 0, f"{path}.frame_costs.{name}", "must be > 0")
 
     @property
     def duration(self) -> float:
         return self.keyframes[-1].t
+
+
+def seed_retarget_config(spec: SeedSpec):
+    """The robot's retargeting config with the seed's own frame costs: the IK that solves the seed and grows it."""
+    from dataclasses import replace
+
+    from llp.motion.retarget import retarget_config
+
+    cfg = retarget_config(spec.robot)
+    frames = {k: replace(f, position_cost=spec.frame_costs.get(k, f.position_cost)) for k, f in cfg.frames.items()}
+    return replace(cfg, frames=frames)
 
 
 def seed_spec(name: str) -> SeedSpec:
@@ -120,11 +139,10 @@ def seed_reference(spec: SeedSpec):
     from llp.config.schema import build
     from llp.motion import acceptance as A
     from llp.motion.library import Reference
-    from llp.motion.retarget import retarget_config
     from llp.motion.scene import SceneModel
     from llp.sim.robot import RobotConfig
 
-    cfg = retarget_config(spec.robot)
+    cfg = seed_retarget_config(spec)
     robot_cfg = build(RobotConfig, named("robot", spec.robot), "robot")
     solver = Retargeter(cfg, robot_cfg)
     qpos, positions = author(spec, solver)
