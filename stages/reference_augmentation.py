@@ -110,7 +110,8 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     ctx.init_ray()
     tracker, tracker_state, rounds, it0, stop, curve = None, None, [], 0, "", []
     for r in range(1, cfg.rounds + 1):
-        qpos, obstacle, _ = raise_reference(solver, parent.qpos, parent.obstacle, cfg.height_step, parent.fps)
+        qpos, obstacle, _ = raise_reference(solver, parent.qpos, parent.obstacle, cfg.height_step, parent.fps,
+                                            parent.contacts)  # fmt: skip
         scene = SceneModel(robot_cfg, obstacle, rcfg.contact_frames)
         # a proposal raised from a physics rollout keeps that rollout's contacts, which MuJoCo's soft contacts let
         # sink about 1 cm into what they touch: it is held to the rollout's tolerance (PHYSICS_SLACK x the IK's)

@@ -382,3 +382,32 @@ def test_the_tracking_env_gives_the_terrain_envs_proprioception_layout_and_shows
                                rtol=0)  # fmt: skip
     expert = Teacher(actor=None, env_ids=ids, action_offset="reference", proprio_layout="tracking")
     assert expert.foreign(loco) and not expert.foreign(tracking)
+
+
+def test_a_raised_whole_body_seed_lifts_its_planted_hands_with_the_top_and_passes_its_checks():
+    """One 5 cm round (the paper grows 5-10 cm a round): the hands rise with the top while the motion plants them
+    there (the feet are still on the floor then, so the feet's share would leave them inside the taller box)."""
+    from llp.motion import acceptance as A
+    from llp.motion.retarget import Retargeter
+    from llp.motion.scene import SceneModel
+    from llp.motion.seeds import seed_reference, seed_retarget_config, seed_spec
+
+    dz = 0.05
+    spec = seed_spec("climb_whole_45")
+    seed = seed_reference(spec)
+    robot = build(RobotConfig, named("robot", "lightbot0_like"), "robot")
+    cfg = seed_retarget_config(spec)
+    solver = Retargeter(cfg, robot)
+    scene = None
+    for contacts in (None, seed.contacts):  # the feet's share alone, then the hands' contacts too
+        qpos, box, _ = raise_reference(solver, seed.qpos, seed.obstacle, dz, seed.fps, contacts)
+        scene = SceneModel(robot, box, cfg.contact_frames)
+        relation = A.scene_relation(scene, qpos, seed.fps, seed.contacts, cfg.penetration_limit,
+                                    cfg.contact_tolerance)  # fmt: skip
+        if contacts is None:
+            assert not relation.passed and "hand" in relation.reason, relation.reason
+    assert relation.passed and A.kinematic(scene, qpos, seed.fps, cfg.joint_speed_limit).passed, relation.reason
+    before, after = solver.frame_positions(seed.qpos), solver.frame_positions(qpos)
+    planted = int(1.0 * seed.fps)  # both hands on the top, both feet on the floor
+    for hand in ("left_hand", "right_hand"):
+        assert after[hand][planted, 2] - before[hand][planted, 2] == pytest.approx(dz, abs=0.01)

@@ -1,11 +1,16 @@
 """Growing a reference: the next round's proposal is the last accepted reference, raised with its obstacle.
 
-A point of the motion rises with the obstacle by as much as it stands on it: a foot by the share of the old
-box height it has climbed (0 on the floor, the whole step on the top), the pelvis and the hands by the mean
-of the two feet's shares. The raised targets (pelvis, ankles, hands, with the parent's pelvis and foot
-rotations) are solved into a joint trajectory with the same IK as the seeds (``llp.motion.retarget``), then
-checked kinematically and against the raised box. Only a physics rollout of the proposal that succeeds
-becomes the next reference (``stages/reference_augmentation.py``).
+A point of the motion rises with the obstacle by as much as it stands on it:
+
+- a foot, by the share of the old box height it has climbed (0 on the floor, the whole step on the top);
+- a hand that the motion plants on the top (an intended contact), by the whole step while it is there, easing
+  in and out over HAND_RAMP_S;
+- the pelvis and the rest, by the mean share of what stands: the two feet, and each hand while it is planted.
+
+The raised targets (pelvis, ankles, hands, with the parent's pelvis and foot rotations) are solved into a joint
+trajectory with the same IK as the seeds (``llp.motion.retarget``), then checked kinematically and against the
+raised box. Only a physics rollout of the proposal that succeeds becomes the next reference
+(``stages/reference_augmentation.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from llp.motion.scene import ObstacleBox
 
 FEET = ("left_foot", "right_foot")
 CLEARANCE = 0.002  # metres between a planted sole and its surface in a proposal (the seeds use 1 mm)
+HAND_RAMP_S = 0.25  # seconds over which a hand planted on the top takes up (and gives back) the whole step
 
 
 def frame_rotations(solver: Retargeter, qpos: np.ndarray, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -34,12 +40,14 @@ def frame_rotations(solver: Retargeter, qpos: np.ndarray, keys: tuple[str, ...])
 
 
 def raised_targets(
-    positions: dict[str, np.ndarray], obstacle: ObstacleBox, dz: float, ankle_height: float | None = None
+    positions: dict[str, np.ndarray], obstacle: ObstacleBox, dz: float, ankle_height: float | None = None,
+    contacts: list | None = None, fps: float | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Frame targets [T, 3] of a motion over ``obstacle`` moved up with a box ``dz`` taller. With
     ``ankle_height`` (ankle above a planted sole), no ankle target ends up lower than that above the floor or
     the raised top: a physics rollout's feet sink a little into what they stand on (soft contacts), and the
-    next proposal should not inherit it."""
+    next proposal should not inherit it. With ``contacts`` (and the motion's ``fps``), a frame other than a
+    foot that the motion plants on the top rises by the whole step while it is there."""
     out = {k: v.copy() for k, v in positions.items()}
     shares = []
     top = obstacle.height + dz
@@ -54,11 +62,28 @@ def raised_targets(
             ground = np.where(over, top, 0.0) + ankle_height
             out[foot][:, 2] = np.maximum(out[foot][:, 2], ground)
         shares.append(share)
-    body_share = np.mean(shares, axis=0)
+    # the body rises by the mean share of what it stands on: the two feet, and a hand while it is planted on the
+    # top (there it stands on the whole step)
+    planted = {k: _on_top_share(k, contacts, fps, len(shares[0])) for k in positions if k not in FEET}
+    weight = sum(planted.values())
+    body_share = (np.sum(shares, axis=0) + weight) / (len(shares) + weight)
     for key in positions:
         if key not in FEET:
-            out[key][:, 2] += dz * body_share
+            out[key][:, 2] += dz * np.maximum(body_share, planted[key])
     return out
+
+
+def _on_top_share(frame: str, contacts: list | None, fps: float | None, num_frames: int) -> np.ndarray:
+    """1 while ``frame`` is planted on the top (its intended contacts), easing to 0 over HAND_RAMP_S either side."""
+    share = np.zeros(num_frames)
+    if not contacts or fps is None:
+        return share
+    t = np.arange(num_frames) / fps
+    for c in contacts:
+        if c.frame == frame and c.surface == "top":
+            before, after = (t - (c.start - HAND_RAMP_S)) / HAND_RAMP_S, ((c.end + HAND_RAMP_S) - t) / HAND_RAMP_S
+            share = np.maximum(share, np.clip(np.minimum(before, after), 0.0, 1.0))
+    return share
 
 
 def ankle_height(solver: Retargeter) -> float:
@@ -90,12 +115,14 @@ def _lowest_point(model, data, g: int) -> float:
     return float(centre[2] - model.geom_rbound[g])
 
 
-def raise_reference(solver: Retargeter, qpos: np.ndarray, obstacle: ObstacleBox, dz: float, fps: float):
-    """The proposal of the next round: (qpos [T, nq], raised obstacle, the targets it was solved for)."""
+def raise_reference(solver: Retargeter, qpos: np.ndarray, obstacle: ObstacleBox, dz: float, fps: float,
+                    contacts: list | None = None):  # fmt: skip
+    """The proposal of the next round: (qpos [T, nq], raised obstacle, the targets it was solved for); with the
+    motion's intended ``contacts``, the hands it plants on the top rise with it."""
     positions = solver.frame_positions(qpos)
     missing = [f for f in FEET if f not in positions]
     if missing:
         raise ValueError(f"growth needs retarget frames {missing}")
     rotations = frame_rotations(solver, qpos, ("pelvis", *FEET))
-    targets = raised_targets(positions, obstacle, dz, ankle_height(solver) + CLEARANCE)
+    targets = raised_targets(positions, obstacle, dz, ankle_height(solver) + CLEARANCE, contacts, fps)
     return solver.solve(targets, rotations, fps), obstacle.raised(dz), targets
