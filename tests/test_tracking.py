@@ -411,3 +411,24 @@ def test_a_raised_whole_body_seed_lifts_its_planted_hands_with_the_top_and_passe
     planted = int(1.0 * seed.fps)  # both hands on the top, both feet on the floor
     for hand in ("left_hand", "right_hand"):
         assert after[hand][planted, 2] - before[hand][planted, 2] == pytest.approx(dz, abs=0.01)
+
+
+def test_falls_are_told_apart_by_the_end_body_that_left_its_reference_and_the_quarter_they_happen_in():
+    from llp.sim.robot import load_robot_spec
+
+    robot = build(RobotConfig, named("robot", "lightbot0_like"), "robot")
+    model = load_robot_spec(robot).compile()
+    qpos = _standing(40)
+    qpos[:, model.jnt_qposadr[model.joint("left_shoulder_pitch").id]] = -3.0  # the left arm raised overhead
+    env = _env(qpos, 4, hold_s=0.0, action_offset="default")  # zero actions: the default pose, the arm down
+    env.start_trials()
+    ends: dict[str, int] = {}
+    details: dict[str, int] = {}
+    while len(env.finished) < 4:
+        result = env.step(torch.zeros(4, env.num_actions))  # the PD targets keep the arm down
+        for cause, count in result.info["ends"].items():
+            ends[cause] = ends.get(cause, 0) + count
+        for detail, count in result.info["end_details"].items():
+            details[detail] = details.get(detail, 0) + count
+    assert ends.get("end_body_z") == 4, (ends, details)
+    assert details == {"end_body_z/left_forearm": 4, "fell_in_quarter/1": 4}

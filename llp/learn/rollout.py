@@ -132,6 +132,7 @@ class RolloutCollector:
         self.term_sums: dict[str, float] = {}
         self.term_count = 0
         self.end_counts: dict[str, int] = {}
+        self.end_details: dict[str, int] = {}  # falls by where and how (an env's own breakdown), per episode ended
         self.label_error, self.label_steps = 0.0, 0
         if reward_groups:
             self._group_matrix = self._group_matrix.to(self.device)
@@ -242,6 +243,8 @@ class RolloutCollector:
                 self.term_sums[name] = self.term_sums.get(name, 0.0) + v
             for cause, count in result.info.get("ends", {}).items():  # episodes ended, by cause
                 self.end_counts[cause] = self.end_counts.get(cause, 0) + int(count)
+            for detail, count in result.info.get("end_details", {}).items():
+                self.end_details[detail] = self.end_details.get(detail, 0) + int(count)
             self.term_count += 1
             self.memory = self.memory.reset(done)
             self._draw_driven(done)
@@ -282,11 +285,12 @@ class RolloutCollector:
         ended = sum(self.end_counts.values())
         if ended:
             out.update({f"episode_ends/{k}": v / ended for k, v in self.end_counts.items()})
+            out.update({f"episode_ends/detail/{k}": v / ended for k, v in self.end_details.items()})
         if self.label_steps:  # mean squared error per joint between the student's action mean and its label
             out["dagger/label_error"] = float(self.label_error) / self.label_steps
         if self.teacher_drives > 0.0:
             out["dagger/teacher_drives"] = self.teacher_drives
         self.stats.clear()
-        self.term_sums, self.term_count, self.end_counts = {}, 0, {}
+        self.term_sums, self.term_count, self.end_counts, self.end_details = {}, 0, {}, {}
         self.label_error, self.label_steps = 0.0, 0
         return out

@@ -405,6 +405,7 @@ class TrackingEnv:
             "reward_terms": dict(zip(self.reward_names, terms.mean(axis=0).tolist())),
             "weighted_terms": torch.from_numpy(weighted.astype(np.float32)),
             "ends": self._end_causes(causes, truncated),
+            "end_details": self._end_details(causes, errors["end_z_body"]),
         }
         final_obs = None
         ids = self.env_ids[done]
@@ -485,6 +486,7 @@ class TrackingEnv:
             "anchor_pos": anchor_err,
             "anchor_z": np.abs(pos[:, 0, 2] - ref_pos[:, 0, 2]),
             "end_z": np.abs(pos[:, self.end_bodies, 2] - ref_pos[:, self.end_bodies, 2]).max(axis=1),
+            "end_z_body": np.abs(pos[:, self.end_bodies, 2] - ref_pos[:, self.end_bodies, 2]).argmax(axis=1),
             "body_pos": np.sqrt(np.mean(np.sum((pos - ref_pos) ** 2, axis=2), axis=1)),
         }
         return np.stack(cols, axis=1), errors
@@ -508,6 +510,22 @@ class TrackingEnv:
             taken |= hit
         ends["end_of_reference"] = int(truncated.sum())
         return ends
+
+    def _end_details(self, causes: dict[str, np.ndarray], end_body: np.ndarray) -> dict[str, int]:
+        """Falls this step, by the end body that left its reference (when that was the cause) and by the quarter
+        of the motion they happened in: where and how a motion is lost."""
+        details: dict[str, int] = {}
+        first = causes["end_body_z"] & ~(causes["anchor_z"] | causes["tilt"])
+        for k, name in enumerate(self.task.end_bodies):
+            count = int((first & (end_body == k)).sum())
+            if count:
+                details[f"end_body_z/{name}"] = count
+        fell = np.logical_or.reduce(list(causes.values()))
+        if fell.any():
+            quarter = np.minimum(4 * self.frame[fell] // np.maximum(self.last_frame[fell], 1), 3)
+            for q, count in zip(*np.unique(quarter, return_counts=True)):
+                details[f"fell_in_quarter/{int(q) + 1}"] = int(count)
+        return details
 
     def _fell(self, errors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Each termination's verdict [N] (bool), by cause."""
