@@ -166,5 +166,6 @@ def test_the_transition_ablations_change_only_what_they_name():
         assert {s for s in base if base[s] != resolved(varied)["stages"][s]} == changed, name
     assert stage_config(load_pipeline("local", load_ablation("no_amp").sets), "transition").amp.style_coef == 0.0
     isolated = load_pipeline("local", load_ablation("no_transition").sets)
-    assert STAGES["depth_student"].inputs(stage_config(isolated, "depth_student")) == {"policy": "merge"}
+    inputs = STAGES["depth_student"].inputs(stage_config(isolated, "depth_student"))
+    assert inputs == {"policy": "merge", "library": "reference_augmentation.library"}  # the course's heights
     assert stage_config(isolated, "evaluate_final").inputs()["teacher"] == "merge.policy"

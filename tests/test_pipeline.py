@@ -142,7 +142,8 @@ def test_the_depth_student_learns_from_the_transition_policy_and_is_exported_wit
     first = book["stages"]["locomotion_teacher"]["outputs"]["policy"]
     teacher = book["stages"]["transition"]["outputs"]["policy"]
     student = book["stages"]["depth_student"]["outputs"]
-    assert json.loads(tracking.version_tags(student["policy"])["llp.inputs"]) == {"policy": teacher}
+    library = book["stages"]["reference_augmentation"]["outputs"]["library"]  # the course's heights
+    assert json.loads(tracking.version_tags(student["policy"])["llp.inputs"]) == {"policy": teacher, "library": library}
     spec = client.get_model_version(*tracking.parse_model_uri(student["policy"]))
     import mlflow
 
@@ -169,7 +170,7 @@ def test_the_depth_student_learns_from_the_transition_policy_and_is_exported_wit
     assert max(info["agreement_max_abs_diff"].values()) < 1e-4
     assert 0 < info["step_time_ms_one_thread"]["onnx"]["median_ms"] < 20
     chain = json.loads(tracking.version_tags(deployable)["llp.lineage"])
-    assert chain[:2] == [student["policy"], teacher] and first in chain
+    assert chain[0] == student["policy"] and set(chain[1:3]) == {teacher, library} and first in chain
 
 
 def test_the_final_evaluation_runs_the_deployable_files_in_closed_loop_as_the_torch_student(services, smoke_run, llp):
