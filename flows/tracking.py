@@ -270,6 +270,14 @@ def check_model_uri(uri: str) -> None:
         raise ValueError(f"expected a models:/ URI, got {uri!r}")
 
 
+def registered_model(run_root: Path, experiment: str, uri: str) -> str:
+    """``uri`` (any ``models:/`` form) resolved to ``models:/NAME/VERSION`` in the registry that ``configure``
+    opens read-only; a malformed URI is refused before any registry is opened."""
+    check_model_uri(uri)
+    configure(run_root, experiment, create=False)
+    return resolve_model_uri(uri)
+
+
 def resolve_model_uri(uri: str) -> str:
     """``models:/NAME/VERSION`` for any model URI (a version, ``latest`` or ``@alias``), or a ValueError that says
     what the registry has."""

@@ -24,12 +24,7 @@ from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.skills.library import CourseOfSkill, course_at
 from llp.skills.protocol import EvaluateConfig, course_protocol
-from llp.stages.common import (
-    check_network_obs,
-    checked_env_config,
-    deployment_fields,
-    transition_course,
-)
+from llp.stages.common import check_network_obs, checked_env_config, deployment_fields, transition_course
 
 DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distilled student, for a resumed stage
 

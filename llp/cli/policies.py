@@ -40,9 +40,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from llp.flows import tracking
         from llp.learn.spec import FrozenPolicy
 
-        tracking.check_model_uri(args.model)
-        tracking.configure(run_root, cfg.experiment, create=False)
-        uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before Ray starts
+        uri = tracking.registered_model(run_root, cfg.experiment, args.model)  # a missing model fails before Ray
         policy = FrozenPolicy(uri, *tracking.download_policy(uri))
     init_ray(out_dir / "ray")
     try:
@@ -131,9 +129,8 @@ def _render_gait(args: argparse.Namespace) -> int:
     eval_cfg = stage_config(cfg, "evaluate") if "evaluate" in cfg.stages else EvaluateConfig()
     program, spec = None, None
     if args.model != "stand-still":
-        tracking.check_model_uri(args.model)
-        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment, create=False)
-        program, spec = tracking.download_policy(tracking.resolve_model_uri(args.model))
+        uri = tracking.registered_model(Path(cfg.run_root).resolve(), cfg.experiment, args.model)
+        program, spec = tracking.download_policy(uri)
     joints = None if spec is None else spec.get("action_joints")
     env = ParkourEnv(eval_cfg.env_config(action_joints=joints, policy_spec=spec), 1, seed=args.seed)
     if args.tile_type not in env.cfg.terrain.tile_types:
@@ -188,9 +185,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         from llp.flows import tracking
         from llp.learn.spec import FrozenPolicy
 
-        tracking.check_model_uri(args.model)
-        tracking.configure(Path(cfg.run_root).resolve(), cfg.experiment, create=False)
-        uri = tracking.resolve_model_uri(args.model)  # a missing model fails here, before any rendering
+        uri = tracking.registered_model(Path(cfg.run_root).resolve(), cfg.experiment, args.model)
         frozen = FrozenPolicy(uri, *tracking.download_policy(uri))
     from llp.evaluation.video import policy_clip, write_gif, write_mp4
 

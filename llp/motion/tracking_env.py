@@ -482,11 +482,12 @@ class TrackingEnv:
                 cols.append(np.sum(np.maximum(q - self.soft_hi, 0) + np.maximum(self.soft_lo - q, 0), axis=1))
             else:
                 cols.append(np.exp(-values[name] / task.rewards[name].std ** 2))
+        end_z = np.abs(pos[:, self.end_bodies, 2] - ref_pos[:, self.end_bodies, 2])  # [N, end bodies]
         errors = {
             "anchor_pos": anchor_err,
             "anchor_z": np.abs(pos[:, 0, 2] - ref_pos[:, 0, 2]),
-            "end_z": np.abs(pos[:, self.end_bodies, 2] - ref_pos[:, self.end_bodies, 2]).max(axis=1),
-            "end_z_body": np.abs(pos[:, self.end_bodies, 2] - ref_pos[:, self.end_bodies, 2]).argmax(axis=1),
+            "end_z": end_z.max(axis=1),
+            "end_z_body": end_z.argmax(axis=1),
             "body_pos": np.sqrt(np.mean(np.sum((pos - ref_pos) ** 2, axis=2), axis=1)),
         }
         return np.stack(cols, axis=1), errors
@@ -515,16 +516,17 @@ class TrackingEnv:
         """Falls this step, by the end body that left its reference (when that was the cause) and by the quarter
         of the motion they happened in: where and how a motion is lost."""
         details: dict[str, int] = {}
+        fell = np.logical_or.reduce(list(causes.values()))
+        if not fell.any():
+            return details
         first = causes["end_body_z"] & ~(causes["anchor_z"] | causes["tilt"])
         for k, name in enumerate(self.task.end_bodies):
             count = int((first & (end_body == k)).sum())
             if count:
                 details[f"end_body_z/{name}"] = count
-        fell = np.logical_or.reduce(list(causes.values()))
-        if fell.any():
-            quarter = np.minimum(4 * self.frame[fell] // np.maximum(self.last_frame[fell], 1), 3)
-            for q, count in zip(*np.unique(quarter, return_counts=True)):
-                details[f"fell_in_quarter/{int(q) + 1}"] = int(count)
+        quarter = np.minimum(4 * self.frame[fell] // np.maximum(self.last_frame[fell], 1), 3)
+        for q, count in zip(*np.unique(quarter, return_counts=True)):
+            details[f"fell_in_quarter/{int(q) + 1}"] = int(count)
         return details
 
     def _fell(self, errors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
