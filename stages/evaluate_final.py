@@ -76,7 +76,8 @@ def run(ctx, cfg: FinalEvaluationConfig, inputs: dict[str, str]) -> dict[str, st
         print(f"[llp] {ctx.stage}: {who} ({reports[who]['model']}): {_summary(reports[who])}", flush=True)
     main = reports.get("deployable") or reports[next(iter(judged))]
     ctx.log_json(main, "evaluation/report.json")
-    table = {"policies": {who: r["model"] for who, r in reports.items()}, "settings": _table(reports)}
+    table = {"policies": {who: r["model"] for who, r in reports.items()}, "settings": _table(reports),
+             "tracking_by_command": {who: r["tracking_by_command"] for who, r in reports.items()}}  # fmt: skip
     if "deployable" in reports and "student" in reports:
         table["deployable_vs_student"] = agreement(reports["deployable"], reports["student"])
         a = table["deployable_vs_student"]
@@ -108,6 +109,10 @@ def _metrics(who: str, report: dict) -> dict[str, float]:
     out = {f"eval/{who}/{k}": float(report[k]) for k in ("success_rate", "fall_rate", "tracking_kernel")}
     for t, row in report["by_type"].items():
         out[f"eval/{who}/{t}/success_rate"] = row["success_rate"]
+    from llp.sim.command_regions import slug
+
+    for region, row in report["tracking_by_command"].items():  # e.g. eval/student/command/backward_sideways/...
+        out[f"eval/{who}/command/{slug(region)}/success_rate"] = row["success_rate"]
     return out
 
 

@@ -74,6 +74,26 @@ def test_summary_counts_each_trial_once_and_refuses_anything_else():
         summarize(settings, records[1:])  # a trial not counted
 
 
+def test_the_report_says_which_commands_the_tracking_trials_fell_on():
+    """Success by command region: a policy that falls walking backward and sideways reads as such; goal trials
+    (no command) are left out."""
+    from llp.sim.command_regions import command_region
+
+    assert command_region([0.0, 0.0]) == "standing"
+    assert command_region([0.5, 0.1]) == "forward" and command_region([0.0, -0.2]) == "forward, sideways"
+    assert command_region([-0.2, 0.14]) == "backward" and command_region([-0.2, 0.3]) == "backward, sideways"
+    settings = [Setting("flat", 0, "-", "tracking", 6), Setting("climb", 0, "45 cm", "goal", 1)]
+    records = _records(settings, ["success", "success", "fall", "fall", "success", "success", "fall"])
+    commands = [[0.0, 0.0], [0.6, 0.0], [-0.2, 0.25], [-0.25, -0.3], [-0.1, 0.0], [0.3, 0.2], None]
+    for r, c in zip(records, commands):
+        r.command = c
+    regions = summarize(settings, records)["tracking_by_command"]
+    assert list(regions) == ["standing", "forward", "forward, sideways", "backward", "backward, sideways"]
+    assert regions["backward, sideways"]["outcomes"] == {"success": 0, "fall": 2, "stuck": 0, "timeout": 0}
+    assert regions["forward"]["success_rate"] == 1.0 and regions["backward"]["success_rate"] == 1.0
+    assert sum(sum(r["outcomes"].values()) for r in regions.values()) == 6  # the climb trial is not counted
+
+
 def test_the_report_says_where_goal_trials_ended_per_outcome():
     settings = [Setting("climb", 0, "45 cm", "goal", 4), Setting("flat", 0, "-", "tracking", 2)]
     left = [0.1, None, 0.3, 0.9, None, None]  # the second climb trial succeeded at the goal: 0 left
@@ -154,6 +174,10 @@ def test_trials_on_the_simulator_end_exactly_once_and_standing_still_scores_the_
     ]
     assert np.isfinite([r.tracking_kernel for r in records]).all()
     assert all(r.to_goal_m is None for r in records)  # no goal on flat ground or stairs
+    # each trial keeps the command it was given: the standing kernel is the one of that command
+    for r in records:
+        assert r.standing_tracking_kernel == pytest.approx(math.exp(-sum(v * v for v in r.command) / 0.25))
+    assert all(r.command == [0.5, 0.0] for r in stairs)  # traverse trials walk straight ahead
 
 
 def test_gait_strip_of_the_stand_still_baseline(tmp_path, llp):

@@ -203,6 +203,15 @@ def test_the_final_evaluation_runs_the_deployable_files_in_closed_loop_as_the_to
     outcomes = lambda who: [r["outcome"] for r in reports[who]["records"]]  # noqa: E731
     assert outcomes("deployable") == outcomes("student")
     assert client.get_run(run_id).data.metrics["eval/deployable_vs_student/same_outcome"] == 1.0
+    # which commands the tracking trials fell on, per policy: every flat and rough trial counted once
+    from llp.sim.command_regions import slug
+
+    tracking = sum(s["trials"] for s in reports["deployable"]["settings"] if s["kind"] == "tracking")
+    regions = reports["deployable"]["tracking_by_command"]
+    assert tracking > 0 and sum(sum(r["outcomes"].values()) for r in regions.values()) == tracking
+    metrics = client.get_run(run_id).data.metrics
+    for region, row in regions.items():
+        assert metrics[f"eval/deployable/command/{slug(region)}/success_rate"] == row["success_rate"]
     # `llp evaluate` on the deployable: the ONNX file closed loop, with the stage's protocol and seed
     seed = stage_seed(load_pipeline("smoke"), "evaluate_final")
     common = ["--profile", "smoke", "--set", f"run_root={smoke_run['root']}", "--trials", "2", "--seed", str(seed)]

@@ -326,3 +326,28 @@ def test_a_goal_tile_episode_that_stops_coming_closer_ends_as_a_failure_after_go
     assert stand(make_env(num_envs=2, terrain=climb), 60) == []  # off by default: standing is not an end
     cfg = env_config(overrides={"terrain": climb, "terminations": {"goal_stall_s": 0.5}})
     assert EvaluatorWorker(cfg, 2, seed=0, program=None, spec=None).env.stall_steps == 0
+
+
+def test_episode_ends_are_counted_by_the_command_they_ended_on_off_goal_tiles():
+    """info["end_details"]: each episode that ends off a goal tile counts under its command's region, and its fall
+    too (training's episode_ends/detail/command/<region>/{ended,fell}); goal tiles (whose commands steer to the
+    goal) are left out."""
+    from llp.sim.command_regions import command_region, slug
+
+    terrain = {"tile_types": ["flat", "climb"], "num_levels": 1, "climb_heights": [0.30]}
+    env = make_env(num_envs=5, terrain=terrain, terminations={"min_base_height": 1.0})  # standing counts as fallen
+    env.assign_tiles(np.arange(5), np.array([0, 0, 0, 0, 1]), np.zeros(5, dtype=int))
+    vel = np.array([[0.0, 0.0], [0.5, 0.0], [-0.2, 0.25], [-0.2, -0.3], [0.5, 0.0]])
+    env.command_envs(np.arange(5), vel, env.course_state()["yaw"])
+    result = env.step(torch.zeros(5, env.num_actions))
+    assert result.terminated.all()  # five falls, one of them on the climb tile
+    counts = {region: 0 for region in map(command_region, vel[:4])}
+    for region in map(command_region, vel[:4]):
+        counts[region] += 1
+    assert counts == {"standing": 1, "forward": 1, "backward, sideways": 2}
+    expected = {}
+    for region, n in counts.items():
+        expected[f"command/{slug(region)}/ended"] = n
+        expected[f"command/{slug(region)}/fell"] = n
+    assert result.info["end_details"] == expected
+    assert result.info["ends"]["fall"] == 5

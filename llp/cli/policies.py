@@ -86,6 +86,15 @@ def _print_report(report: dict) -> None:
     print("(track: the velocity-tracking kernel; stand: the kernel of a robot standing still on the same commands)")
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    regions = report.get("tracking_by_command") or {}
+    if regions:
+        from llp.sim.command_regions import SIDEWAYS_M_S
+
+        print(f"the tracking trials (flat, rough) by command (sideways: |vy| >= {SIDEWAYS_M_S} m/s):")
+        for region, r in regions.items():
+            n = sum(r["outcomes"].values())
+            print(f"  {region}: {r['outcomes']['success']}/{n} up ({100 * r['success_rate']:.1f}%), "
+                  f"{r['outcomes']['fall']} fell")  # fmt: skip
     ends = [(r, r["ends_to_goal_m"]) for r in report["settings"] if r.get("ends_to_goal_m")]
     if ends:
         print("where the goal trials ended (distance left to the goal, m: least / median / most):")

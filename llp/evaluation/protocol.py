@@ -59,6 +59,7 @@ class TrialRecord:
     tracking_kernel: float  # mean per-step exp(-|v_xy - c_xy|^2 / sigma) over the trial
     standing_tracking_kernel: float  # the same kernel for a robot standing still on the same commands
     to_goal_m: float | None = None  # goal settings: the distance left to the goal when the trial ended
+    command: list[float] | None = None  # the held (vx, vy) command in the base frame, m/s
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,7 +95,9 @@ def summarize(settings: list[Setting], records: list[TrialRecord]) -> dict:
         rows.append({**asdict(setting), **_stats(mine)})
     types = list(dict.fromkeys(s.tile_type for s in settings))
     by_type = {t: _stats([r for r in records if settings[r.setting].tile_type == t]) for t in types}
-    return {"trials": len(records), **_stats(records), "by_type": by_type, "settings": rows}
+    tracking = [r for r in records if settings[r.setting].kind == "tracking"]
+    return {"trials": len(records), **_stats(records), "by_type": by_type, "settings": rows,
+            "tracking_by_command": by_command(tracking)}  # fmt: skip
 
 
 def _stats(records: list[TrialRecord]) -> dict:
@@ -125,6 +128,17 @@ def ends_to_goal(records: list[TrialRecord]) -> dict:
         if left:
             out[outcome] = {"trials": len(left), "min": left[0], "median": float(np.median(left)), "max": left[-1]}
     return out
+
+
+def by_command(records: list[TrialRecord]) -> dict:
+    """The tracking trials' success by where their command lies (``llp.sim.command_regions``): which commands
+    a policy falls on, e.g. a teacher that walks forward but falls walking backward and sideways. {} without
+    commands."""
+    from llp.sim.command_regions import REGIONS, command_region
+
+    with_command = [r for r in records if r.command is not None]
+    groups = {region: [r for r in with_command if command_region(r.command) == region] for region in REGIONS}
+    return {region: _stats(mine) for region, mine in groups.items() if mine}
 
 
 TRANSITION_TYPES = ("course", "course_succession")

@@ -154,6 +154,7 @@ def _wave(env, policy, settings: list[Setting], wave: list[Trial], rules: TrialR
             tracking_kernel=float(kernel_sum[i] / max(steps[i], 1)),
             standing_tracking_kernel=float(standing_kernel[i]),
             to_goal_m=None if np.isnan(goal[i, 0]) else float(np.linalg.norm(goal[i] - spawn[i]) - progress[i]),
+            command=None if kinds[i] == "goal" else [float(v) for v in command_xy[i]],
         )
         for i, t in enumerate(wave)
     ]

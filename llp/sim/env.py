@@ -21,6 +21,7 @@ import torch
 from llp.sim import rewards as reward_terms
 from llp.sim.backend import physics_batch
 from llp.sim.camera_model import CameraModel
+from llp.sim.command_regions import REGIONS, command_regions, slug
 from llp.sim.config import EnvConfig
 from llp.sim.math3d import rotate_into_yaw_frame, wrap_angle, yaw_and_gravity, yaw_quat
 from llp.sim.proprio import convert_proprio, proprio_head
@@ -410,6 +411,7 @@ class ParkourEnv:
             final_obs = self._obs_tensors()
             info["episode"] = self._episode_summary(done_ids, terminated, success)
             info["ends"] = {cause: int(ended[done].sum()) for cause, ended in self._ends.items()}
+            info["end_details"] = self._ends_by_command(done & ~self.tile_has_goal[self.tile_ids], terminated)
             self._update_curriculum(done_ids, terminated, success)
             self.episode_count[done_ids] += 1
             self._reset_envs(done_ids)
@@ -531,6 +533,18 @@ class ParkourEnv:
             "left_tile": truncated & ~success & ~time_out,
         }
         return terminated, truncated, success
+
+    def _ends_by_command(self, ended: np.ndarray, terminated: np.ndarray) -> dict[str, int]:
+        """Episodes ended off goal tiles, and the falls among them, by the region of the command they ended on
+        (``command/<region>/ended`` and ``.../fell``): which commands the policy falls on, as training goes."""
+        regions = command_regions(self.command[:, 0:2])
+        out = {}
+        for k, region in enumerate(REGIONS):
+            mine = ended & (regions == k)
+            if mine.any():
+                out[f"command/{slug(region)}/ended"] = int(mine.sum())
+                out[f"command/{slug(region)}/fell"] = int((mine & terminated).sum())
+        return out
 
     def _episode_summary(self, ids: np.ndarray, terminated: np.ndarray, success: np.ndarray) -> dict:
         summary = {
