@@ -351,3 +351,36 @@ def test_episode_ends_are_counted_by_the_command_they_ended_on_off_goal_tiles():
         expected[f"command/{slug(region)}/fell"] = n
     assert result.info["end_details"] == expected
     assert result.info["ends"]["fall"] == 5
+
+
+def test_failure_focus_draws_commands_where_the_episodes_fall():
+    """commands.failure_focus: that share of the moving commands is drawn again inside one command region,
+    picked by the regions' recent fall rates; 0 (the default) leaves every command uniform."""
+    from llp.sim.command_regions import REGIONS, command_regions
+
+    flat = {"tile_types": ["flat"], "num_levels": 1}
+    env = make_env(num_envs=400, terrain=flat, commands={"failure_focus": 1.0, "standing_fraction": 0.0})
+    backward_sideways = REGIONS.index("backward, sideways")
+    env.region_fall_rate[:] = 0.0
+    env.region_fall_rate[backward_sideways] = 0.5  # only there have episodes fallen
+    env._resample_commands(np.arange(400))
+    regions = command_regions(env.command[:, 0:2])
+    assert (regions == backward_sideways).mean() > 0.95  # uniform: (0.3 / 1.1) * (0.3 / 0.6), about 14%
+    assert (env.command[:, 0] >= -0.3).all() and (np.abs(env.command[:, 1]) <= 0.3).all()  # inside the ranges
+    uniform = make_env(num_envs=400, terrain=flat, commands={"standing_fraction": 0.0})
+    uniform.region_fall_rate[backward_sideways] = 0.5
+    uniform._resample_commands(np.arange(400))
+    assert 0.05 < (command_regions(uniform.command[:, 0:2]) == backward_sideways).mean() < 0.25
+    # the rates follow the ends: a fall there pulls its region's rate up, an episode that ends upright pulls it down
+    ended, fell = np.zeros(400, dtype=bool), np.zeros(400, dtype=bool)
+    ended[:10] = True
+    fell[:10] = True
+    before = env.region_fall_rate.copy()
+    env._ends_by_command(ended, fell)
+    moved = command_regions(env.command[:10, 0:2])
+    assert all(env.region_fall_rate[k] > before[k] for k in set(moved) if before[k] < 1.0)
+    before = env.region_fall_rate.copy()
+    env._ends_by_command(ended, np.zeros(400, dtype=bool))  # the same ten end upright
+    assert all(env.region_fall_rate[k] < before[k] for k in set(moved))
+    with pytest.raises(ValueError, match="failure_focus"):
+        make_env(commands={"failure_focus": 1.5})

@@ -43,9 +43,17 @@ class CommandConfig:
     heading_stiffness: float = field(default=0.8, doc="Yaw rate per radian of heading error.")
     standing_fraction: float = field(default=0.05, doc="Fraction of resamples that command standing still.")
     goal_speed: tuple[float, float] = field(default=(0.4, 0.8), doc="Goal tiles: forward speed towards the goal.")
+    failure_focus: float = field(
+        default=0.0,
+        doc="Share of moving commands drawn again inside one command region (llp.sim.command_regions), picked in "
+        "proportion to how often the env's episodes have recently fallen there: more practice where the policy "
+        "falls (a failure-driven command curriculum, after Margolis et al. 2022's adaptive command grid). "
+        "0: every command uniform over the ranges.",
+    )
 
     def validate(self, path: str) -> None:
         check(self.resample_s > 0, f"{path}.resample_s", "must be positive")
+        check(0.0 <= self.failure_focus <= 1.0, f"{path}.failure_focus", "must be in [0, 1]")
         for name in ("lin_vel_x", "lin_vel_y", "ang_vel_yaw", "goal_speed"):
             lo, hi = getattr(self, name)
             check(lo <= hi, f"{path}.{name}", f"lower bound {lo} exceeds upper bound {hi}")

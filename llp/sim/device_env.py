@@ -89,6 +89,9 @@ class DeviceParkourEnv:
         if missing:
             raise ValueError(f"observation terms {missing} are not computed on the device yet (it computes "
                              f"{', '.join(DEVICE_TERMS)}): use ParkourEnv")  # fmt: skip
+        if cfg.commands.failure_focus > 0.0:
+            raise ValueError("commands.failure_focus is not computed on the device yet (it samples from the fall "
+                             "rates ParkourEnv keeps per command region): use ParkourEnv")  # fmt: skip
         if "depth" in needed and not cfg.camera_model.perfect:
             raise ValueError("the device env renders a perfect camera only: set camera_model.perfect (the camera "
                              "model's noise and latency run in ParkourEnv)")  # fmt: skip

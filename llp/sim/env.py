@@ -47,6 +47,9 @@ class StepResult:
     info: dict
 
 
+FALL_RATE_MEMORY = 1.0 - 1.0 / 200  # how slowly a command region's recent fall rate forgets (per ended episode)
+
+
 class ParkourEnv:
     """Vectorised humanoid parkour env on the embedded MuJoCo simulator."""
 
@@ -140,6 +143,7 @@ class ParkourEnv:
         self.spawn_xy = np.zeros((n, 2))
         self.start_step = np.zeros(n, dtype=int)  # goal tiles: this env's step of a start curriculum
         self.command = np.zeros((n, 3))
+        self.region_fall_rate = np.zeros(len(REGIONS))  # recent share of episodes that fell, per command region
         self.heading_target = np.zeros(n)
         self.heading_env = np.ones(n, dtype=bool)  # this env's command is a heading (else a yaw rate)
         self.command_timer = np.zeros(n)
@@ -290,6 +294,8 @@ class ParkourEnv:
         self.heading_env[ids] = rng.uniform(size=k) < c.heading_fraction
         standing = rng.uniform(size=k) < c.standing_fraction
         self.command[ids[standing]] = 0.0
+        if c.failure_focus > 0.0:
+            self._focus_on_failures(ids[~standing & (rng.uniform(size=k) < c.failure_focus)])
         goal = self.tile_has_goal[self.tile_ids[ids]]
         if goal.any():
             g_ids = ids[goal]
@@ -536,15 +542,35 @@ class ParkourEnv:
 
     def _ends_by_command(self, ended: np.ndarray, terminated: np.ndarray) -> dict[str, int]:
         """Episodes ended off goal tiles, and the falls among them, by the region of the command they ended on
-        (``command/<region>/ended`` and ``.../fell``): which commands the policy falls on, as training goes."""
+        (``command/<region>/ended`` and ``.../fell``): which commands the policy falls on, as training goes.
+        Also keeps each region's recent fall rate, which ``commands.failure_focus`` samples from."""
         regions = command_regions(self.command[:, 0:2])
         out = {}
         for k, region in enumerate(REGIONS):
             mine = ended & (regions == k)
             if mine.any():
-                out[f"command/{slug(region)}/ended"] = int(mine.sum())
-                out[f"command/{slug(region)}/fell"] = int((mine & terminated).sum())
+                n, fell = int(mine.sum()), int((mine & terminated).sum())
+                out[f"command/{slug(region)}/ended"], out[f"command/{slug(region)}/fell"] = n, fell
+                keep = FALL_RATE_MEMORY**n  # each ended episode moves the rate 1 / 200 of the way to its outcome
+                self.region_fall_rate[k] = keep * self.region_fall_rate[k] + (1 - keep) * fell / n
         return out
+
+    def _focus_on_failures(self, ids: np.ndarray) -> None:
+        """Draw envs ``ids``' (vx, vy) again, inside one moving region each, picked in proportion to the regions'
+        recent fall rates (uniform while none has fallen); uniform inside the region (rejection from the
+        ranges; an env whose region the ranges miss keeps its command)."""
+        if not len(ids):
+            return
+        c, rng = self.cfg.commands, self.rng
+        rates = self.region_fall_rate[1:] + 1e-3  # the moving regions (not standing)
+        want = 1 + rng.choice(len(rates), size=len(ids), p=rates / rates.sum())
+        tries = 32
+        vel = np.stack([rng.uniform(*c.lin_vel_x, size=(len(ids), tries)),
+                        rng.uniform(*c.lin_vel_y, size=(len(ids), tries))], axis=-1)  # fmt: skip
+        match = command_regions(vel.reshape(-1, 2)).reshape(len(ids), tries) == want[:, None]
+        found = match.any(axis=1)
+        first = match.argmax(axis=1)
+        self.command[ids[found], 0:2] = vel[found, first[found]]
 
     def _episode_summary(self, ids: np.ndarray, terminated: np.ndarray, success: np.ndarray) -> dict:
         summary = {
