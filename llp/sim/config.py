@@ -47,8 +47,9 @@ class CommandConfig:
         default=0.0,
         doc="Share of moving commands drawn again inside one command region (llp.sim.command_regions), picked in "
         "proportion to how often the env's episodes have recently fallen there: more practice where the policy "
-        "falls (a failure-driven command curriculum, after Margolis et al. 2022's adaptive command grid). "
-        "0: every command uniform over the ranges.",
+        "falls: a failure-driven curriculum over commands, as prioritized level replay (Jiang et al. 2021) "
+        "replays the levels an agent does worst on (Margolis et al. 2022 adapt the command distribution the other "
+        "way, widening it where the policy already tracks). 0: every command uniform over the ranges.",
     )
 
     def validate(self, path: str) -> None:
