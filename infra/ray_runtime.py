@@ -19,6 +19,23 @@ from pathlib import Path
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107  # bytes, without the terminating NUL
 TMPDIR_SETTING = "LLP_RAY_TMPDIR"
 
+# A local Ray that only this machine's own processes can reach. Ray reads both settings once, when it is first
+# imported, and its servers (GCS, raylet, agents, workers) inherit them from the process that starts them.
+PRIVATE_LOCAL_RAY = {
+    # clients authenticate with a token the instance generates: another user of this machine is refused
+    "RAY_AUTH_MODE": "token",
+    # Ray's single-machine mode (its default on macOS and Windows): the node's address is 127.0.0.1 and every Ray
+    # server and worker binds there, not on all interfaces; a second machine could not join, and none should
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+
+
+def make_local_ray_private() -> None:
+    """Before Ray is first imported: a local Ray started by this process listens on loopback only and asks for
+    its token (a setting the caller already chose is kept)."""
+    for key, value in PRIVATE_LOCAL_RAY.items():
+        os.environ.setdefault(key, value)
+
 
 class RayPathError(ValueError):
     """No directory Ray could use keeps its socket paths under the AF_UNIX limit."""

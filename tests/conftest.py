@@ -64,13 +64,67 @@ def services(tmp_path_factory):
             service.stop()
 
 
-def run_llp(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path | None = None):
+def run_llp(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path | None = None,
+            listening: set | None = None):  # fmt: skip
     """Run the real `llp` console script (in the repository's folder unless ``cwd`` says otherwise); a None in
-    ``env`` removes that variable."""
+    ``env`` removes that variable. With ``listening``, the sockets its processes listen on while it runs are added
+    to that set as (address, process name)."""
     full = {k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}.items() if v is not None}
-    return subprocess.run(
-        [str(BIN / "llp"), *args], cwd=cwd or ROOT, env=full, capture_output=True, text=True, timeout=timeout
-    )
+    if listening is None:
+        return subprocess.run(
+            [str(BIN / "llp"), *args], cwd=cwd or ROOT, env=full, capture_output=True, text=True, timeout=timeout
+        )
+    import threading
+
+    with subprocess.Popen([str(BIN / "llp"), *args], cwd=cwd or ROOT, env=full, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:  # fmt: skip
+        done = threading.Event()
+
+        def watch():
+            while not done.wait(0.5):
+                listening.update(listening_sockets(proc.pid))
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        finally:
+            done.set()
+            watcher.join()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def listening_sockets(root_pid: int) -> set[tuple[str, str]]:
+    """(local address, process name) of every TCP or UDP socket that ``root_pid`` or a process below it listens
+    on, as `ss` reports them now."""
+    import re
+
+    table = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout.split()
+    parents = dict(zip(map(int, table[0::2]), map(int, table[1::2]), strict=True))
+    tree, grew = {root_pid}, True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grew = bool(below)
+    found = set()
+    for line in subprocess.run(["ss", "-ltunpH"], capture_output=True, text=True).stdout.splitlines():
+        owners = [(int(pid), name) for name, pid in re.findall(r'\("([^"]+)",pid=(\d+)', line)]
+        for pid, name in owners:
+            if pid in tree:
+                found.add((line.split()[4], name))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    """An `ss` local address (``127.0.0.1:5000``, ``[::1]:5000``, ``[::ffff:127.0.0.1]:5000``) on loopback."""
+    import ipaddress
+
+    host = address.rsplit(":", 1)[0].strip("[]").split("%")[0]
+    if host in ("*", ""):
+        return False
+    ip = ipaddress.ip_address(host)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BUCKET, SECRET, SMOKE, ledger, mlflow_client
+from tests.conftest import BUCKET, SECRET, SMOKE, is_loopback, ledger, mlflow_client
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -28,11 +28,12 @@ def smoke_run(services, tmp_path_factory):
     root = base / ("r" * (45 - len(str(base)) - 1))
     assert len(str(root)) == 45, "the temp dir is too long for this test's window"
     env = {**services["env"]}
-    first = run_llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "e2e", env=env)
+    listening = set()
+    first = run_llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "e2e", env=env, listening=listening)
     t0 = time.perf_counter()
     second = run_llp("run", *SMOKE, "--set", f"run_root={root}", "--run-id", "e2e-rerun", env=env)
     rerun_s = time.perf_counter() - t0
-    yield {"root": root, "first": first, "second": second, "rerun_s": rerun_s}
+    yield {"root": root, "first": first, "second": second, "rerun_s": rerun_s, "listening": listening}
     if not str(base).startswith(str(tmp_path_factory.getbasetemp())):  # a folder of its own: removed
         shutil.rmtree(base, ignore_errors=True)
 
@@ -101,6 +102,16 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
     assert len(spec["action_joints"]) == 12 and all(
         "hip" in j or "knee" in j or "ankle" in j for j in spec["action_joints"]
     )
+
+
+def test_a_local_run_listens_on_loopback_only(smoke_run):
+    """Every socket the run's processes listen on (its Prefect server, Ray's GCS, raylet, agents and workers) is
+    bound to 127.0.0.1, never to all interfaces or to the machine's address."""
+    listening = smoke_run["listening"]
+    names = {name for _, name in listening}
+    assert {"gcs_server", "raylet"} <= names, f"the watch never saw Ray's servers: {sorted(listening)}"
+    assert any(name.startswith("ray::") for name in names), sorted(listening)
+    assert not [s for s in listening if not is_loopback(s[0])], sorted(s for s in listening if not is_loopback(s[0]))
 
 
 def test_reference_augmentation_registers_a_library_whose_grown_entry_links_to_its_seed(services, smoke_run, llp):

@@ -96,6 +96,14 @@ def main() -> None:
         regions[command_region(r.command)][1] += r.outcome == "fall"
     for region, (count, fell) in regions.items():
         print(f"  {region}: {fell}/{count} fell")
+    turns = collections.defaultdict(lambda: [0, 0])  # by how far the trial's heading is from the spawn's
+    for r in records:
+        turn = (given[r.index][1] + np.pi) % (2 * np.pi) - np.pi  # wrapped to [-pi, pi)
+        band = "under 1 rad" if abs(turn) < 1.0 else "1-2 rad" if abs(turn) < 2.0 else "over 2 rad"
+        turns[band][0] += 1
+        turns[band][1] += r.outcome == "fall"
+    for band in ("under 1 rad", "1-2 rad", "over 2 rad"):
+        print(f"  turn {band}: {turns[band][1]}/{turns[band][0]} fell")
     early = sum(fell_at[r.index] - args.stand_first <= 2.5 for r in falls)
     print(f"  {early} of {len(falls)} falls within 2.5 s of the command; tests fired: "
           f"{collections.Counter(why[r.index] for r in falls).most_common()}")  # fmt: skip

@@ -216,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     args = build_parser().parse_args(argv)
     if not os.environ.get("RAY_ADDRESS") and not getattr(args, "cluster", None):
-        # a local Ray authenticates its clients with a token it generates (read when ray is first imported, so set
-        # here): another user of this machine who reaches one of its ports is refused. Clusters keep their own.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        # a local Ray listens on loopback only and asks for its token (read when ray is first imported, so set
+        # here). Clusters keep their own settings.
+        from llp.infra.ray_runtime import make_local_ray_private
+
+        make_local_ray_private()
     from llp.config.schema import ConfigError
 
     try:
