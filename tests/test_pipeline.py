@@ -105,13 +105,13 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
 
 
 def test_a_local_run_listens_on_loopback_only(smoke_run):
-    """Every socket the run's processes listen on (its Prefect server, Ray's GCS, raylet, agents and workers) is
-    bound to 127.0.0.1, never to all interfaces or to the machine's address."""
+    """Every socket the run's processes listen on (Ray's GCS, raylet, agents and workers, and the driver) is bound
+    to 127.0.0.1, never to all interfaces or to the machine's address."""
     listening = smoke_run["listening"]
     names = {name for _, name in listening}
     assert {"gcs_server", "raylet"} <= names, f"the watch never saw Ray's servers: {sorted(listening)}"
     assert any(name.startswith("ray::") for name in names), sorted(listening)
-    assert not [s for s in listening if not is_loopback(s[0])], sorted(s for s in listening if not is_loopback(s[0]))
+    assert sorted(s for s in listening if not is_loopback(s[0])) == []
 
 
 def test_reference_augmentation_registers_a_library_whose_grown_entry_links_to_its_seed(services, smoke_run, llp):
