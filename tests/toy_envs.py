@@ -211,3 +211,27 @@ def speed_of(policy_v: torch.Tensor) -> float:
 
 
 __all__ = ["PointMass", "ScriptedExpertEnv", "CueMemory", "Slider", "speed_of", "math"]
+
+
+class ChattyEnv:
+    """Prints to stdout as simulators do (tests of ``llp.sim.remote_env``); its reward is the sum of the actions."""
+
+    num_actions = 2
+    reward_names = ["sum"]
+
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
+        print("ChattyEnv: starting, and writing to stdout")
+
+    def obs_dims(self) -> dict[str, dict[str, int]]:
+        return {"policy": {"x": 1}}
+
+    def reset(self):
+        return {"policy": {"x": torch.zeros(self.num_envs, 1)}}
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        print("ChattyEnv: a step")
+        if actions.shape != (self.num_envs, self.num_actions):
+            raise ValueError(f"actions must be [{self.num_envs}, {self.num_actions}], got {list(actions.shape)}")
+        none = torch.zeros(self.num_envs, dtype=torch.bool)
+        return StepResult(self.reset(), actions.sum(dim=1), none, none, None, {})
