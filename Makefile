@@ -8,7 +8,14 @@ PROFILE ?= local
 # timeouts): one worker kept 2 cores about 55% busy.
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-slow test-faults lint bench bench-faults pictures clean-runs
+# The isaaclab backend's own environments (Python 3.12; the platform's is 3.11): Isaac Lab, and the MJCF -> USD
+# converter, whose MuJoCo is newer than the one Newton pins (docs/isaaclab.md)
+PYTHON312    ?= python3.12
+ISAACLAB_VENV := .venv-isaaclab
+USD_VENV      := .venv-usd
+ROBOT         ?= lightbot0_like
+
+.PHONY: run test test-slow test-faults test-isaaclab isaaclab robot-usd lint bench bench-faults pictures clean-runs
 
 $(STAMP): pyproject.toml constraints.txt setup.py llp/sim/_raycast.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,7 +39,7 @@ run: $(STAMP)
 	$(BIN)/llp run --profile $(PROFILE)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
+	$(BIN)/python -m pytest -q -m "not slow and not isaaclab" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10
@@ -40,6 +47,23 @@ test-slow: $(STAMP)
 test-faults: $(STAMP)
 	$(BIN)/python -m pytest -q -m "fault and not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=15
+
+# Isaac Lab 3 without Isaac Sim or Kit: Newton physics (about 7.8 GB, most of it the CUDA libraries of PyPI's torch)
+$(ISAACLAB_VENV)/.installed:
+	test -x $(ISAACLAB_VENV)/bin/python || $(PYTHON312) -m venv $(ISAACLAB_VENV)
+	$(ISAACLAB_VENV)/bin/python -m pip install -q isaaclab==3.0.0
+	touch $@
+
+isaaclab: $(ISAACLAB_VENV)/.installed
+
+test-isaaclab: $(STAMP) $(ISAACLAB_VENV)/.installed
+	$(BIN)/python -m pytest -q -m isaaclab
+
+# re-make llp/sim/assets/usd/$(ROBOT).usdc from the robot's MJCF, checked against it
+robot-usd:
+	test -x $(USD_VENV)/bin/python || $(PYTHON312) -m venv $(USD_VENV)
+	$(USD_VENV)/bin/python -m pip install -q mujoco-usd-converter==0.8.0
+	PYTHONPATH=. $(USD_VENV)/bin/python -m llp.sim.isaaclab.robot_usd $(ROBOT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check llp flows actors stages infra tests
