@@ -18,7 +18,7 @@ from llp.cli.tools import cmd_bench, cmd_refs, cmd_seeds
 PROFILE_HELP = (
     "conf/profile/<name>.yaml. local (the default): a walking teacher, the climb reference grown two rounds, "
     "the evaluation, the climb-and-step expert, the merge of both, transition training, a depth student and its "
-    "export, 89.5 min in one piece on 2 cores; smoke: "
+    "export, about 90 min in one piece on 2 cores; smoke: "
     "every stage for a few iterations, about 4 min (the tests); cluster: the paper's budgets, for a Ray cluster "
     "with GPUs (days)"
 )
