@@ -2,8 +2,9 @@
 ``VecEnv`` contract (Isaac Lab 3 needs Python 3.12; the platform runs on 3.11).
 
 Run as ``python -m llp.sim.env_server``: the parent writes requests to this process's stdin and reads replies
-from the stdout it was given; anything the simulator prints goes to stderr. Only numpy arrays, numbers, strings
-and plain containers cross the pipe, so the two sides may run different versions of Python and torch.
+from the stdout it was given; anything the simulator prints goes to stderr. The replies hold only numpy arrays,
+numbers, strings and plain containers, so the two sides may run different versions of Python and torch (a
+config sent to the env is pickled by reference: its module must import on both sides).
 
 The first request names the env's factory (``"module:callable"``) and its keyword arguments; each later one a
 method and its arguments. Every reply is ``("ok", value)`` or ``("error", kind, message)``. A torch tensor

@@ -1,7 +1,8 @@
 """A ``VecEnv`` whose simulator runs in a child process, possibly under another Python (``llp.sim.env_server``).
 
-The simulator actors host it like any other env. The child gets the repository on its ``PYTHONPATH``, so its
-interpreter needs only the simulator's own packages, numpy and torch (no Ray, Prefect or MLflow).
+It is the way the isaaclab backend will reach its simulator (docs/isaaclab.md). The child gets the
+repository on its ``PYTHONPATH``, so its interpreter needs only the simulator's own packages, numpy and torch
+(no Ray, Prefect or MLflow).
 """
 
 from __future__ import annotations
