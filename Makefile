@@ -54,9 +54,16 @@ $(ISAACLAB_VENV)/.installed:
 	$(ISAACLAB_VENV)/bin/python -m pip install -q isaaclab==3.0.0
 	touch $@
 
-isaaclab: $(ISAACLAB_VENV)/.installed
+# the height-map ray caster (depth images) built in this checkout for Isaac Lab's Python too: the env server runs
+# our task there
+ISAACLAB_RAYCAST := build/.raycast-isaaclab
+$(ISAACLAB_RAYCAST): $(ISAACLAB_VENV)/.installed llp/sim/_raycast.c
+	$(ISAACLAB_VENV)/bin/python setup.py -q build_ext --inplace
+	touch $@
 
-test-isaaclab: $(STAMP) $(ISAACLAB_VENV)/.installed
+isaaclab: $(ISAACLAB_VENV)/.installed $(ISAACLAB_RAYCAST)
+
+test-isaaclab: $(STAMP) $(ISAACLAB_VENV)/.installed $(ISAACLAB_RAYCAST)
 	$(BIN)/python -m pytest -q -m isaaclab
 
 # re-make llp/sim/assets/usd/$(ROBOT).usdc from the robot's MJCF, checked against it

@@ -27,13 +27,13 @@ class EvaluatorWorker:
         import torch
 
         from llp.learn.deployable import load_program
-        from llp.sim.env import ParkourEnv
+        from llp.sim.hosted import parkour_env
 
         torch.set_num_threads(1)
         # trials judge "stuck" by their own rules: a training env's stall end (goal_stall_s) would read as a fall
         terminations = dataclasses.replace(env_cfg.terminations, goal_stall_s=0.0)
         env_cfg = dataclasses.replace(env_cfg, terminations=terminations)
-        self.env = ParkourEnv(env_cfg, num_envs, seed=seed, threads=threads)
+        self.env = parkour_env(env_cfg, num_envs, seed=seed, threads=threads)  # isaaclab: behind an env server
         # no program: the stand-still baseline
         self.policy = load_program(program, spec) if program is not None else StandStill(self.env.num_actions)
 

@@ -14,6 +14,7 @@ import torch
 from llp.learn.learner import build_collector, build_networks
 from llp.learn.spec import TrainSpec
 from llp.sim.env import ParkourEnv
+from llp.sim.hosted import parkour_env
 
 
 def build_env(spec: TrainSpec, index: int, threads: int, device_task: bool = False):
@@ -31,8 +32,8 @@ def build_env(spec: TrainSpec, index: int, threads: int, device_task: bool = Fal
         from llp.sim.device_env import DeviceParkourEnv
 
         env = DeviceParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
-    else:
-        env = ParkourEnv(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
+    else:  # isaaclab: in Isaac Lab's own environment, behind an env server
+        env = parkour_env(spec.env, spec.envs_per_actor, seed=seed, threads=threads)
     if spec.group is not None:  # one of several env groups: its label, for a critic that reads group/onehot
         from llp.sim.group_label import GroupLabel
 

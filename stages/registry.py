@@ -35,6 +35,7 @@ class StageSpec:
     outputs: dict[str, str]  # output name -> registered model name; "{stage}": the stage's name, with hyphens
     description: str
     env_groups: bool = False  # trains env groups, each on simulator actors of its own (the decoupled layout)
+    backends: tuple[str, ...] = ("mujoco", "warp")  # the sim.backend values its simulators run on
 
 
 STAGES: dict[str, StageSpec] = {
@@ -46,6 +47,7 @@ STAGES: dict[str, StageSpec] = {
         outputs={"policy": "llp-locomotion-teacher"},
         description="LLP stage 1: perceptive locomotion teacher (PPO; height scan, proprioception, velocity "
         "command; privileged critic).",
+        backends=("mujoco", "warp", "isaaclab"),
     ),
     "reference_augmentation": StageSpec(
         name="reference_augmentation",
@@ -256,8 +258,16 @@ def check_pipeline(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def check_layout(cfg: PipelineConfig, selected: list[str]) -> None:
-    """The selected stages can run in the configured actor layout (before any work: the co-located layout would
-    otherwise fail at the first stage with env groups, hours into a run)."""
+    """The selected stages can run in the configured actor layout and on the configured backend (before any work:
+    they would otherwise fail at the first such stage, hours into a run)."""
+    elsewhere = [name for name in selected if cfg.sim.backend not in stage_spec(cfg, name).backends]
+    able = [name for name in cfg.stages if cfg.sim.backend in stage_spec(cfg, name).backends]
+    check(
+        not elsewhere,
+        "sim.backend",
+        f"{cfg.sim.backend}, but stages {elsewhere} do not run on it yet (only {able} do; docs/isaaclab.md): stop "
+        f"before them (--until-stage), or run them on mujoco or warp",
+    )
     grouped = [name for name in selected if stage_spec(cfg, name).env_groups]
     check(
         cfg.resources.mode == "decoupled" or not grouped,

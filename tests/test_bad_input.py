@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -152,6 +154,16 @@ def cli_cases(tmp):
         (["run", *SMOKE, *runs, "--set", f"{T}.iterations"], "--set expects key.path=value"),
         (["run", *SMOKE, *runs, "--set", f"{T}.iterations=-5"], f"{T}.iterations: must be >= 1"),
         (["run", *SMOKE, *runs, "--set", "seed=1.5"], "seed: got 1.5, expected an integer"),
+        (
+            ["run", *SMOKE, *runs, "--set", "sim.backend=isaaclab"],
+            "sim.backend: isaaclab needs Isaac Lab's environment: run `make isaaclab`",
+            {"LLP_ISAACLAB_PYTHON": str(tmp / "no-venv" / "bin" / "python")},
+        ),
+        (
+            ["run", *SMOKE, *runs, "--set", "sim.backend=isaaclab"],
+            "sim.backend: isaaclab, but stages ['reference_augmentation', 'evaluate',",
+            {"LLP_ISAACLAB_PYTHON": sys.executable},
+        ),
         (["run", *SMOKE, "--set", f"run_root={a_file}/runs"], "is a file, not a folder"),
         (["run", *SMOKE, "--set", f"run_root={tmp / ('r' * 300)}"], "is longer than 255 bytes"),
         (["run", *SMOKE, "--set", "run_root=/proc/llp-runs"], "cannot be written"),
@@ -178,8 +190,8 @@ def test_bad_command_lines_get_one_clear_line_and_leave_nothing_behind(tmp_path,
     # environment (mlflow.set_tracking_uri sets MLFLOW_TRACKING_URI), which would give `llp evaluate` a registry
     fresh = {"MLFLOW_TRACKING_URI": None, "PREFECT_API_URL": None, "LLP_INJECT_FAULT": None}
     fresh_dir = tmp_path_factory.mktemp("cwd")  # and a folder with no runs/ (the checkout's own may hold a registry)
-    for args, message in cases:
-        result = llp(*args, env=fresh, timeout=120, cwd=fresh_dir)
+    for args, message, *env in cases:
+        result = llp(*args, env={**fresh, **(env[0] if env else {})}, timeout=120, cwd=fresh_dir)
         shown = " ".join(a if len(a) < 60 else a[:20] + "..." for a in args)
         assert result.returncode == 2, f"{shown}: rc {result.returncode}\n{result.stderr[-1500:]}"
         assert message in result.stderr, f"{shown}: {result.stderr[-1500:]}"

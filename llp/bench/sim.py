@@ -21,6 +21,22 @@ from llp.sim.env import ParkourEnv
 from llp.sim.tasks import env_config
 
 
+def _in_isaaclab(kwargs: dict) -> dict:
+    """``run(**kwargs)`` in Isaac Lab's environment (the env server's interpreter); its report."""
+    import json
+    import os
+    import subprocess
+
+    from llp.sim.backend import REPO_ROOT, isaaclab_python
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([str(isaaclab_python()), "-m", "llp.bench.sim", json.dumps(kwargs)], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"the isaaclab bench failed in {isaaclab_python()}:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _time_blocks(fn_a, fn_b, block: int, rounds: int, clock=time.process_time) -> tuple[float, float]:
     """CPU seconds of this process spent in ``fn_a`` and ``fn_b``, run in alternating blocks.
 
@@ -66,11 +82,17 @@ def run(
     backend: str = "mujoco",
     device: str = "cpu",
 ) -> dict:
+    from llp.sim.backend import in_isaaclab
+
+    if backend == "isaaclab" and not in_isaaclab():  # measured where it runs: in Isaac Lab's own interpreter
+        return _in_isaaclab(dict(robot=robot, num_envs=num_envs, steps=steps, depth_steps=depth_steps, task=task,
+                                 seed=seed, backend=backend, device=device))  # fmt: skip
     torch.set_num_threads(1)
     sim = {"backend": backend, "device": device}
     cfg = env_config(task, robot, sim)
     env = ParkourEnv(cfg, num_envs, seed=seed, threads=1)
     physics, full = measure(env, steps)
+    env.close()
     report = {
         "robot": robot,
         "backend": backend,
@@ -99,3 +121,10 @@ def run(
             "depth_hit_fraction": round(float(np.mean(images < depth_cfg.depth_camera.far)), 3),
         }
     return report
+
+
+if __name__ == "__main__":  # python -m llp.bench.sim '{"backend": "isaaclab", ...}': one report as JSON
+    import json
+    import sys
+
+    print(json.dumps(run(**json.loads(sys.argv[1]))))

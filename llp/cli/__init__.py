@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="learner: where the update runs; sim, gpu: where warp runs (cpu, cuda; gpu's default: cuda, "
                    "the others' cpu)")  # fmt: skip
     b.add_argument("--counts", default="4096,16384,32768", help="gpu: env counts to measure, comma-separated")
-    b.add_argument("--backend", default="mujoco", help="sim: physics engine (mujoco, warp)")
+    b.add_argument("--backend", default="mujoco", help="sim: physics engine (mujoco, warp, isaaclab)")
     b.add_argument("--scenario", action="append", metavar="NAME",
                    help="faults: run only this scenario (repeatable; default: all)")  # fmt: skip
     b.set_defaults(fn=cmd_bench)

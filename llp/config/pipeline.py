@@ -29,9 +29,10 @@ class SimConfig:
     backend: str = field(
         default="mujoco",
         doc="mujoco: MuJoCo's C engine, a model per terrain tile, threads per actor (the embedded default); "
-        "warp: MuJoCo Warp, every env a world of one model, on the CPU or a GPU (README: the backend table).",
+        "warp: MuJoCo Warp, every env a world of one model, on the CPU or a GPU; isaaclab: Isaac Lab 3 on Newton, in "
+        "its own environment (make isaaclab), for the locomotion teacher (docs/simulator.md: the backend table).",
     )
-    device: str = field(default="cpu", doc="Where the warp backend runs: cpu, cuda or cuda:N.")
+    device: str = field(default="cpu", doc="Where the warp backend runs: cpu, cuda or cuda:N (isaaclab: cpu).")
     # whether this backend can run here is checked with the stages (llp.stages.registry.check_pipeline)
 
 

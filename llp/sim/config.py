@@ -216,10 +216,11 @@ class EnvConfig:
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig, doc="Terrain curriculum.")
     backend: str = field(
         default="mujoco",
-        doc="Physics engine: mujoco (C, one model per tile) or warp (MuJoCo Warp, every env a world of one model). "
-        "The pipeline's sim.backend sets it for every stage.",
+        doc="Physics engine: mujoco (C, one model per tile), warp (MuJoCo Warp, every env a world of one model) or "
+        "isaaclab (Isaac Lab 3 on Newton, in its own environment: make isaaclab). The pipeline's sim.backend sets "
+        "it for every stage.",
     )
-    device: str = field(default="cpu", doc="Where the warp backend runs: cpu, cuda or cuda:N.")
+    device: str = field(default="cpu", doc="Where the warp and isaaclab backends run: cpu, cuda or cuda:N.")
 
     @property
     def policy_dt(self) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from llp.sim import rewards as reward_terms
-from llp.sim.backend import physics_batch
+from llp.sim.backend import ONE_MODEL_BACKENDS, physics_batch
 from llp.sim.camera_model import CameraModel
 from llp.sim.command_regions import REGIONS, command_regions, slug
 from llp.sim.config import EnvConfig
@@ -65,10 +65,12 @@ class ParkourEnv:
             x is not None
             for x in (cfg.randomization.friction, cfg.randomization.added_mass, cfg.randomization.motor_strength)
         )
-        # mujoco: each env simulates its tile's model; warp: every env is a world of one model of the whole terrain
-        self.warp = cfg.backend == "warp"
+        # mujoco: each env simulates its tile's model; warp and isaaclab: every env is a world of one model of the
+        # whole terrain, with per-world physics parameters
+        self.warp = cfg.backend in ONE_MODEL_BACKENDS
         physics_model = world_model(cfg.robot, self.terrain, cfg.physics_dt, cfg.solver_iterations) if self.warp else m
-        self.batch = physics_batch(physics_model, num_envs, threads, cfg.backend, cfg.device, params=self._randomized)
+        self.batch = physics_batch(physics_model, num_envs, threads, cfg.backend, cfg.device, params=self._randomized,
+                                   robot=cfg.robot.name)  # fmt: skip
         self._physics_robot_geoms = robot_collision_geoms(physics_model)
         self.qpos = self.batch.bind("qpos")
         self.qvel = self.batch.bind("qvel")
@@ -748,6 +750,25 @@ class ParkourEnv:
         self.qpos[env, 3:7] = yaw_quat(np.array([yaw]))[0]
         self.qvel[env] = 0.0
         self.batch.forward(np.array([env]))
+        self._read_state()
+        self._compute_obs(None)
+
+    def close(self) -> None:
+        """Release the simulator where it holds something per process (Isaac Lab: its one simulation)."""
+        closer = getattr(self.batch, "close", None)
+        if closer is not None:
+            closer()
+
+    def physics_readback(self) -> dict:
+        """Per-env physics parameters as the engine holds them, where it keeps its own copy (isaaclab)."""
+        return self.batch.readback()
+
+    def set_physics_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Put every env's robot in the state ``qpos`` [N, nq], ``qvel`` [N, nv] (tests and tools: one backend's
+        state on another); recomputes the derived fields and the observations."""
+        self.qpos[:] = qpos
+        self.qvel[:] = qvel
+        self.batch.forward(self.env_ids)
         self._read_state()
         self._compute_obs(None)
 

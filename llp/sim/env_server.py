@@ -100,6 +100,8 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
                 return
             elif method == "__getattr__":
                 value = getattr(env, args[0])
+            elif method == "__kind__":  # whether the parent should call it or read it
+                value = "method" if callable(getattr(env, args[0])) else "value"
             else:
                 if env is None:
                     raise RuntimeError(f"{method}: the env has not started")

@@ -1,6 +1,6 @@
 """A ``VecEnv`` whose simulator runs in a child process, possibly under another Python (``llp.sim.env_server``).
 
-It is the way the isaaclab backend will reach its simulator (docs/isaaclab.md). The child gets the
+It is the way the isaaclab backend reaches its simulator (``llp.sim.hosted``; docs/isaaclab.md). The child gets the
 repository on its ``PYTHONPATH``, so its interpreter needs only the simulator's own packages, numpy and torch
 (no Ray, Prefect or MLflow).
 """
@@ -46,6 +46,8 @@ class RemoteVecEnv:
             cwd=REPO_ROOT,
         )
         self.factory = factory
+        self.cfg = (kwargs or {}).get("cfg")  # the config it was built from, as the parent holds it
+        self._kinds: dict[str, str] = {}
         try:
             self._call("__start__", factory, **(kwargs or {}))
             self.num_envs = int(self._attr("num_envs"))
@@ -89,6 +91,25 @@ class RemoteVecEnv:
     def call(self, method: str, *args, **kwargs) -> Any:
         """Any other method of the env, its result with arrays as tensors."""
         return from_wire(self._call(method, *args, **kwargs))
+
+    def attr(self, name: str) -> Any:
+        """An attribute of the env, as the child holds it (numpy arrays stay numpy)."""
+        return self._attr(name)
+
+    def __getattr__(self, name: str) -> Any:
+        """Any other attribute of the env: a method runs in the child, a value is read from it (arrays as tensors
+        where the env holds tensors)."""
+        if name.startswith("_") or "proc" not in self.__dict__:
+            raise AttributeError(name)
+        kind = self._kinds.get(name)
+        if kind is None:
+            try:
+                kind = self._kinds[name] = self._call("__kind__", name)
+            except EnvServerError as e:
+                raise AttributeError(f"the env in the child has no attribute {name!r}") from e
+        if kind == "method":
+            return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+        return from_wire(self._attr(name))
 
     def close(self) -> None:
         """Stop the child (politely, then by force); safe to call twice."""

@@ -206,6 +206,7 @@ def _evaluate_part(policy, cfg: EvaluateConfig, resources, seed: int, on_progres
         resources, env_cfg, cfg.envs_per_actor, seed, program, spec, settings, trials, rules, on_progress
     )
     report = summarize(settings, records)
-    report.update(model=uri, seed=seed, task=cfg.task, robot=cfg.robot, rules=rules.__dict__)
+    report.update(model=uri, seed=seed, task=cfg.task, robot=cfg.robot, rules=rules.__dict__,
+                  sim={"backend": env_cfg.backend, "device": env_cfg.device})  # fmt: skip
     report["records"] = [r.to_dict() for r in records]
     return report

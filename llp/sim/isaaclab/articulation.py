@@ -18,16 +18,16 @@ class JointDrive:
     """One actuated joint as MuJoCo models it: a position servo on a damped joint."""
 
     kp: float  # N m / rad
-    kv: float  # N m s / rad, the servo's and the joint's passive damping together
+    kv: float  # N m s / rad, the servo's (the joint's passive damping travels in the USD)
     effort: float  # N m, the actuator's force range
     armature: float  # kg m^2
     lower: float  # rad
     upper: float  # rad
 
 
-def joint_drives(mjcf: Path) -> dict[str, JointDrive]:
-    """Joint name -> its drive, for every joint a position actuator drives."""
-    m = mujoco.MjModel.from_xml_path(str(mjcf))
+def joint_drives(mjcf: Path | mujoco.MjModel) -> dict[str, JointDrive]:
+    """Joint name -> its drive, for every joint a position actuator drives (of an MJCF file or a compiled model)."""
+    m = mjcf if isinstance(mjcf, mujoco.MjModel) else mujoco.MjModel.from_xml_path(str(mjcf))
     drives = {}
     for a in range(m.nu):
         j = m.actuator_trnid[a, 0]
@@ -35,7 +35,7 @@ def joint_drives(mjcf: Path) -> dict[str, JointDrive]:
         name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j)
         drives[name] = JointDrive(
             kp=float(m.actuator_gainprm[a, 0]),
-            kv=float(-m.actuator_biasprm[a, 2] + m.dof_damping[dof]),
+            kv=float(-m.actuator_biasprm[a, 2]),
             effort=float(m.actuator_forcerange[a, 1]),
             armature=float(m.dof_armature[dof]),
             lower=float(m.jnt_range[j, 0]),
@@ -58,8 +58,10 @@ def keyframe_pose(mjcf: Path, key: str) -> tuple[np.ndarray, dict[str, float]]:
     return np.array(qpos[:3]), joints
 
 
-def robot_cfg(name: str, key: str = "crouch", prim_path: str = "{ENV_REGEX_NS}/Robot"):
-    """An ``ArticulationCfg`` of robot ``name`` (``llp/sim/assets/<name>.xml`` and ``usd/<name>.usdc``)."""
+def robot_cfg(name: str, key: str = "crouch", prim_path: str = "{ENV_REGEX_NS}/Robot",
+              model: mujoco.MjModel | None = None):  # fmt: skip
+    """An ``ArticulationCfg`` of robot ``name`` (``llp/sim/assets/<name>.xml`` and ``usd/<name>.usdc``); the drives
+    of ``model`` where given (a model an env compiled, with its config's changes), else of the MJCF file."""
     import isaaclab.sim as sim_utils
     from isaaclab.actuators import ImplicitActuatorCfg
     from isaaclab.assets import ArticulationCfg
@@ -68,7 +70,7 @@ def robot_cfg(name: str, key: str = "crouch", prim_path: str = "{ENV_REGEX_NS}/R
     mjcf, usd = ASSETS / f"{name}.xml", ASSETS / "usd" / f"{name}.usdc"
     if not usd.exists():
         raise FileNotFoundError(f"{usd} is missing: make it with `python -m llp.sim.isaaclab.robot_usd {name}`")
-    drives = joint_drives(mjcf)
+    drives = joint_drives(mjcf if model is None else model)
     base, joints = keyframe_pose(mjcf, key)
     exact = {n: f"^{n}$" for n in drives}  # joint names as exact patterns
     return ArticulationCfg(
