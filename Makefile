@@ -10,7 +10,8 @@ TEST_WORKERS ?= 2
 
 # The isaaclab backend's own environments (Python 3.12; the platform's is 3.11): Isaac Lab, and the MJCF -> USD
 # converter, whose MuJoCo is newer than the one Newton pins (docs/isaaclab.md)
-PYTHON312    ?= python3.12
+# a pyenv 3.12 where there is one (its python3.12 shim fails outside a folder that selects it), else PATH's
+PYTHON312    ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 ISAACLAB_VENV := .venv-isaaclab
 USD_VENV      := .venv-usd
 ROBOT         ?= lightbot0_like
