@@ -129,13 +129,14 @@ def execute_stage(run: PipelineRun, job: StageRun, attempt: int) -> dict:
         "llp.pipeline_run": run_id,
         "llp.stage": stage,
         "llp.cache_key": key,
+        "llp.host": tracking.host_description(),  # the driver's machine: same seed, same CPU type, same numbers
     }
     try:
         with mlflow.start_run(
             run_id=resume_id,
             run_name=None if resume_id else stage,
             parent_run_id=parent_id,
-            tags=None if resume_id else {**identity, "llp.kind": "stage"},
+            tags=None if resume_id else {**identity, "llp.kind": "stage", "llp.host": lineage["llp.host"]},
         ) as run:
             if resume_id is None:
                 mlflow.log_params(

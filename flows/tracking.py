@@ -40,6 +40,28 @@ logging.getLogger("mlflow").setLevel(logging.ERROR)
 TORCH_REQUIREMENT = "torch==2.13.0"
 
 
+def host_description() -> str:
+    """The machine this process computes on, as a run tag (``llp.host``): CPU model, the instruction set torch's
+    kernels dispatch to, MKL's instruction cap if one is set, cores. One seed repeats a stage bit for bit on one
+    machine type; another instruction set rounds differently and training diverges from the first iteration
+    (docs/usage.md, "Repeating a run"), so runs to compare say where they ran."""
+    import platform
+
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mkl = os.environ.get("MKL_ENABLE_INSTRUCTIONS")
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{model}; torch {torch.__version__} {capability}{f'; MKL {mkl}' if mkl else ''}; {os.cpu_count()} cores"
+
+
 def configure(run_root: Path, experiment: str, create: bool = True) -> str:
     """Point MLflow at ``MLFLOW_TRACKING_URI`` or at a local SQLite store under ``run_root``; returns the URI.
     ``create=False`` (commands that only read the registry): a missing local store is a ValueError, and nothing

@@ -62,6 +62,10 @@ def test_smoke_pipeline_registers_a_policy_with_lineage_on_s3(services, smoke_ru
         assert key in tags
     assert tags["llp.pipeline_run"] == "e2e" and tags["llp.stage"] == "locomotion_teacher"
     assert tags["llp.serialization"] == "pt2"
+    # where its numbers came from: the CPU and the instruction set torch's kernels ran on
+    import torch
+
+    assert torch.backends.cpu.get_cpu_capability() in tags["llp.host"] and "cores" in tags["llp.host"]
     # the evaluation stage read its input by models:/ URI and logged its tables
     eval_run = client.get_run(book["stages"]["evaluate"]["mlflow_run"])
     assert eval_run.data.params["inputs.policy"] == f"models:/llp-locomotion-teacher/{version.version}"
