@@ -46,7 +46,8 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 test-faults: $(STAMP)
-	$(BIN)/python -m pytest -q -m "fault and not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	$(BIN)/python -m pytest -q -m fault --ignore tests/test_cluster_profile.py -n $(TEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder \
 	  --durations=15
 
 # Isaac Lab 3 without Isaac Sim or Kit: Newton physics (about 7.8 GB, most of it the CUDA libraries of PyPI's torch)

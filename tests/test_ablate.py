@@ -17,6 +17,7 @@ def _ledger(root, run: str) -> dict:
 
 
 @pytest.mark.fault
+@pytest.mark.slow  # 4 min: make test-slow and make test-faults run it (the default suite stays under 20 min)
 def test_a_sweep_shares_untouched_stages_and_resuming_it_runs_only_the_failed_trial(services, tmp_path, llp):
     """Baseline, paper_rewards and no_privileged_critic on the smoke profile. Both ablations change the teacher,
     none the reference augmentation: it runs once in the sweep and is cached in the other trials. The third

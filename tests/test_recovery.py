@@ -206,6 +206,7 @@ OUTAGE_ITERATIONS = 800  # smoke iterations (0.1-0.25 s each here): the 30 s out
 
 
 @pytest.mark.fault
+@pytest.mark.slow  # 2-3 min: make test-slow and make test-faults run it (the default suite stays under 20 min)
 def test_training_goes_on_while_the_tracking_server_is_down_and_its_metrics_arrive_after(services, tmp_path):
     """The MLflow server goes away for 30 s mid-stage: training does not stop, the stage is not retried, and
     every iteration's metrics and every checkpoint reach the server once it is back, each exactly once."""
