@@ -9,37 +9,22 @@ RUN_ROOT holds the registry (runs/ of a pipeline run).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from registry_policies import final_protocol, load_policy, parse_args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_root")
-    parser.add_argument("models", nargs="+")
-    parser.add_argument("--envs", type=int, default=16)
-    args = parser.parse_args()
-    root = Path(args.run_root).resolve()
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    from llp.flows import tracking
-    from llp.learn.spec import FrozenPolicy
+    args, root = parse_args(__doc__, "--envs", 16)
     from llp.sim.env import ParkourEnv
     from llp.skills.protocol import course_trials_env
-    from llp.stages.registry import load_pipeline, stage_config
 
-    protocol = stage_config(load_pipeline("local"), "evaluate_final").protocol
+    protocol = final_protocol()
     n = args.envs
     for model in args.models:
-        uri = tracking.registered_model(root, "llp", model)
-        frozen = FrozenPolicy(uri, *tracking.download_policy(uri))
+        frozen = load_policy(root, model)
         trials = dataclasses.replace(protocol, env=course_trials_env(protocol.course_env, (0.0, 0.0)))
         cfg = trials.env_config(action_joints=frozen.spec.get("action_joints"), policy_spec=frozen.spec)
         cfg = dataclasses.replace(cfg, terminations=dataclasses.replace(cfg.terminations, goal_stall_s=0.0))
