@@ -29,6 +29,8 @@ class Keyframe:
     pelvis_pitch: float = field(default=0.0, doc="Forward lean of the pelvis, radians.")
     left_foot: list[float] = field(doc="x, y, z of the left ankle (0.045 m above a planted sole).")
     right_foot: list[float] = field(doc="x, y, z of the right ankle.")
+    left_foot_pitch: float = field(default=0.0, doc="Toes down (heel raised) of the left sole, radians; 0 is flat.")
+    right_foot_pitch: float = field(default=0.0, doc="Toes down (heel raised) of the right sole, radians.")
     left_hand: list[float] = field(doc="x, y, z of the left hand's tip.")
     right_hand: list[float] = field(doc="x, y, z of the right hand's tip.")
 
@@ -116,14 +118,17 @@ def monotone_hermite(times: np.ndarray, values: np.ndarray, t: np.ndarray) -> np
 
 
 def seed_targets(spec: SeedSpec) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Per-frame target positions [T, 3] by track, and pelvis and foot rotations [T, 3, 3]."""
+    """Per-frame target positions [T, 3] by track, and pelvis and foot rotations [T, 3, 3] (a sole pitched toes
+    down stands on its toes: the heel up, the ankle higher by the toes' lever)."""
     times = np.array([k.t for k in spec.keyframes])
     t = np.arange(int(round(spec.duration * spec.fps)) + 1) / spec.fps
     positions = {n: monotone_hermite(times, np.array([getattr(k, n) for k in spec.keyframes]), t) for n in TRACKS}
-    pitch = monotone_hermite(times, np.array([[k.pelvis_pitch] for k in spec.keyframes]), t)[:, 0]
     zero = np.zeros(len(t))
-    level = pitch_yaw_rotation(zero, zero)
-    return positions, {"pelvis": pitch_yaw_rotation(pitch, zero), "left_foot": level, "right_foot": level}
+    rotations = {}
+    for track in ("pelvis", "left_foot", "right_foot"):
+        pitch = monotone_hermite(times, np.array([[getattr(k, f"{track}_pitch")] for k in spec.keyframes]), t)[:, 0]
+        rotations[track] = pitch_yaw_rotation(pitch, zero)
+    return positions, rotations
 
 
 def author(spec: SeedSpec, solver: Retargeter) -> tuple[np.ndarray, dict[str, np.ndarray]]:
