@@ -65,6 +65,19 @@ def test_a_foot_that_sank_into_the_box_in_physics_is_proposed_on_the_raised_top(
     np.testing.assert_allclose(out["left_foot"][3:, 2], 0.28 + ankle)  # on the raised top, not 1 cm in it
 
 
+def test_a_foot_on_its_toes_on_the_floor_climbs_nothing_when_its_sole_is_given():
+    box = ObstacleBox(kind="climb", height=0.45, depth=0.6, width=1.2, front_x=0.25)
+    toes = np.array([[0.03, -0.07, 0.046]] * 2 + [[0.03, -0.07, 0.10]] * 4)  # the heel rises, the ankle 5 cm up
+    flat = np.array([[0.0, 0.07, 0.046]] * 6)
+    feet = {"left_foot": flat, "right_foot": toes, "pelvis": np.full((6, 3), 0.45)}
+    by_ankle = raised_targets(feet, box, 0.05)
+    assert by_ankle["right_foot"][-1, 2] > toes[-1, 2] + 0.005  # the ankle rule reads the heel as climbing
+    soles = {"left_foot": np.zeros(6), "right_foot": np.zeros(6)}  # both soles on the floor all along
+    by_sole = raised_targets(feet, box, 0.05, soles=soles)
+    np.testing.assert_allclose(by_sole["right_foot"], toes)
+    np.testing.assert_allclose(by_sole["pelvis"], feet["pelvis"])
+
+
 def test_a_raised_seed_puts_both_feet_on_the_taller_box_and_passes_its_checks(seed):
     from llp.motion import acceptance as A
     from llp.motion.retarget import Retargeter, retarget_config

@@ -2,7 +2,8 @@
 
 A point of the motion rises with the obstacle by as much as it stands on it:
 
-- a foot, by the share of the old box height it has climbed (0 on the floor, the whole step on the top);
+- a foot, by the share of the old box height its sole has climbed (0 on the floor, the whole step on the top;
+  a foot on its toes on the floor has climbed nothing, however high its raised heel puts the ankle);
 - a hand that the motion plants on the top (an intended contact), by the whole step while it is there, easing
   in and out over HAND_RAMP_S;
 - the pelvis and the rest, by the mean share of what stands: the two feet, and each hand while it is planted.
@@ -41,18 +42,19 @@ def frame_rotations(solver: Retargeter, qpos: np.ndarray, keys: tuple[str, ...])
 
 def raised_targets(
     positions: dict[str, np.ndarray], obstacle: ObstacleBox, dz: float, ankle_height: float | None = None,
-    contacts: list | None = None, fps: float | None = None,
+    contacts: list | None = None, fps: float | None = None, soles: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Frame targets [T, 3] of a motion over ``obstacle`` moved up with a box ``dz`` taller. With
     ``ankle_height`` (ankle above a planted sole), no ankle target ends up lower than that above the floor or
     the raised top: a physics rollout's feet sink a little into what they stand on (soft contacts), and the
     next proposal should not inherit it. With ``contacts`` (and the motion's ``fps``), a frame other than a
-    foot that the motion plants on the top rises by the whole step while it is there."""
+    foot that the motion plants on the top rises by the whole step while it is there. With ``soles`` (the lowest
+    point of each foot [T], by foot), a foot's climbed share is its sole's height, not its ankle's."""
     out = {k: v.copy() for k, v in positions.items()}
     shares = []
     top = obstacle.height + dz
     for foot in FEET:
-        z = positions[foot][:, 2]
+        z = soles[foot] if soles is not None else positions[foot][:, 2]
         share = np.clip((z - z.min()) / obstacle.height, 0.0, 1.0)
         out[foot][:, 2] += dz * share
         if ankle_height is not None:
@@ -101,6 +103,31 @@ def ankle_height(solver: Retargeter) -> float:
     return float(ankle - low)
 
 
+def sole_heights(solver: Retargeter, qpos: np.ndarray) -> dict[str, np.ndarray]:
+    """The lowest point [T] of each foot's collision geoms (its sole, or its toes when the heel is up) along qpos."""
+    import mujoco
+
+    model, data = solver.model, mujoco.MjData(solver.model)
+    geoms = {}
+    for foot in FEET:
+        ankle = model.body(solver.cfg.frames[foot].frame).id
+        below = [b for b in range(model.nbody) if _descends(model, b, ankle)]
+        geoms[foot] = [g for g in range(model.ngeom) if model.geom_contype[g] and model.geom_bodyid[g] in below]
+    out = {foot: np.zeros(len(qpos)) for foot in FEET}
+    for t, q in enumerate(qpos):
+        data.qpos[:] = q
+        mujoco.mj_kinematics(model, data)
+        for foot in FEET:
+            out[foot][t] = min(_lowest_point(model, data, g) for g in geoms[foot])
+    return out
+
+
+def _descends(model, body: int, ancestor: int) -> bool:
+    while body > 0 and body != ancestor:
+        body = model.body_parentid[body]
+    return body == ancestor
+
+
 def _lowest_point(model, data, g: int) -> float:
     import mujoco
 
@@ -124,5 +151,6 @@ def raise_reference(solver: Retargeter, qpos: np.ndarray, obstacle: ObstacleBox,
     if missing:
         raise ValueError(f"growth needs retarget frames {missing}")
     rotations = frame_rotations(solver, qpos, ("pelvis", *FEET))
-    targets = raised_targets(positions, obstacle, dz, ankle_height(solver) + CLEARANCE, contacts, fps)
+    soles = sole_heights(solver, qpos)
+    targets = raised_targets(positions, obstacle, dz, ankle_height(solver) + CLEARANCE, contacts, fps, soles)
     return solver.solve(targets, rotations, fps), obstacle.raised(dz), targets
