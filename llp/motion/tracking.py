@@ -20,6 +20,7 @@ import numpy as np
 
 from llp.config.schema import check, field
 from llp.motion.scene import Contact, ObstacleBox
+from llp.motion.start_sampling import AdaptiveStarts
 from llp.sim.backend import check_backend, sim_defaults
 from llp.sim.robot import RobotConfig
 from llp.sim.sensors import HeightScanConfig
@@ -81,6 +82,11 @@ class TrackingTaskConfig:
     rewards: dict[str, TrackingTerm] = field(doc=f"Terms by name: {', '.join(TRACKING_REWARDS)}.")
     terminations: TrackingTerminations = field(default_factory=TrackingTerminations, doc="Episode ends.")
     start_at_zero: float = field(default=0.1, doc="Share of training episodes that start at the first frame.")
+    adaptive_starts: AdaptiveStarts = field(
+        default_factory=AdaptiveStarts,
+        doc="The other training episodes' start frames: uniform, or more often before where episodes fall "
+        "(BeyondMimic's adaptive sampling; llp/motion/start_sampling.py).",
+    )
     init_joint_noise: float = field(default=0.05, doc="Uniform noise on the start joint positions, rad.")
     init_root_noise: float = field(default=0.02, doc="Uniform noise on the start pelvis position (x, y), m.")
     friction: tuple[float, float] | None = field(
@@ -163,6 +169,9 @@ class TrackingTaskConfig:
         check(self.hold_s >= 0, f"{p}hold_s", "must be >= 0")
         check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
         check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
+        self.adaptive_starts.validate(f"{p}adaptive_starts")
+        check(self.start_window_s is None or self.adaptive_starts.bin_s == 0, f"{p}adaptive_starts.bin_s",
+              "adaptive starts span the whole motion: not with start_window_s")  # fmt: skip
         check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")
         if self.friction is not None:
             lo, hi = self.friction

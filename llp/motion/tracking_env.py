@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from llp.motion.scene import add_obstacle
+from llp.motion.start_sampling import StartSampler
 from llp.motion.tracking import ReferenceKinematics, TrackingEnvConfig, reference_kinematics
 from llp.motion.walking_states import place, state_width
 from llp.sim.backend import physics_batch
@@ -192,6 +193,7 @@ class TrackingEnv:
         self.shift = np.zeros(n)  # walking lead-in: how far behind its start frame the reference still is, m
         self.lead_level = np.zeros(n, dtype=np.int64)  # lead-in curriculum: this env's level
         self.lateral = np.zeros(n)  # how far to the side (+y) of its reference this env's episode runs, m
+        self.starts = StartSampler(task.adaptive_starts, np.array([k.motion_frames for k in kin]), self.dt)
         self.trial_mode = False
         self.trajectories: list[list[np.ndarray]] = [[] for _ in range(n)]
         self.finished: list[dict] = []  # trial mode: one record per ended episode
@@ -227,7 +229,7 @@ class TrackingEnv:
             last = ref.motion_frames[lane] - 1  # RSI: any frame of the motion
             if task.start_window_s is not None:
                 last = np.minimum(last, int(round(task.start_window_s / self.dt)))
-            start = np.floor(rng.uniform(size=k) * np.maximum(last, 1)).astype(np.int64)
+            start = self.starts.draw(lane, last, rng)
             start[rng.uniform(size=k) < task.start_at_zero] = 0
         q = ref.qpos[lane, start].copy()
         if task.start_posture == "default":  # the locomotion teacher's standing posture, at the frame's root
@@ -394,6 +396,8 @@ class TrackingEnv:
         terminated = np.logical_or.reduce(list(causes.values()))
         at_end = self.frame >= self.last_frame
         truncated = at_end & ~terminated
+        if not self.trial_mode:
+            self.starts.record(self.lane, self.frame, terminated)
         success = truncated & (errors["anchor_pos"] < task.success_distance)
         if self.trial_mode:
             for env in self.env_ids:
