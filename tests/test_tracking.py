@@ -167,6 +167,24 @@ def test_training_episodes_start_anywhere_in_the_reference_and_see_the_box_ahead
     assert (env.start_frame == 0).all() and trials["policy"]["reference"].shape[1] == 2 * 21 + 7
 
 
+def test_training_starts_hand_over_a_share_of_the_frame_velocities_and_trials_the_whole(seed):
+    def env(share: float) -> TrackingEnv:
+        task = tracking_task(overrides={"start_velocity_share": share})
+        cfg = TrackingEnvConfig(task=task, qpos=seed.qpos, fps=seed.fps, obstacle=seed.obstacle,
+                                contacts=seed.contacts, reference_id=seed.id)  # fmt: skip
+        return TrackingEnv(cfg, 64, seed=4)
+
+    whole, half = env(1.0), env(0.5)
+    np.testing.assert_array_equal(whole.start_frame, half.start_frame)  # the same starts from the same seed
+    lanes, starts = whole.lane, whole.start_frame
+    moving = np.abs(whole.ref.qvel[lanes, starts]).sum(axis=1) > 0.1
+    assert moving.sum() > 10
+    np.testing.assert_allclose(whole.qvel, whole.ref.qvel[lanes, starts], atol=1e-9)
+    np.testing.assert_allclose(half.qvel, 0.5 * whole.ref.qvel[lanes, starts], atol=1e-9)
+    half.start_trials()  # a trial starts at the first frame with its velocities, whatever the share
+    np.testing.assert_allclose(half.qvel, half.ref.qvel[half.lane, 0], atol=1e-9)
+
+
 def test_friction_is_drawn_per_env_at_every_reset_and_the_physics_feels_it(seed):
     def env(**overrides):
         task = tracking_task(overrides={"init_joint_noise": 0.0, "init_root_noise": 0.0, **overrides})

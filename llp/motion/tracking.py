@@ -87,6 +87,11 @@ class TrackingTaskConfig:
         doc="The other training episodes' start frames: uniform, or more often before where episodes fall "
         "(BeyondMimic's adaptive sampling; llp/motion/start_sampling.py).",
     )
+    start_velocity_share: float = field(
+        default=1.0,
+        doc="Training episodes start with this share of their start frame's velocities (1: reference-state "
+        "initialisation, mjlab's; less makes the policy build the motion's momentum itself).",
+    )
     init_joint_noise: float = field(default=0.05, doc="Uniform noise on the start joint positions, rad.")
     init_root_noise: float = field(default=0.02, doc="Uniform noise on the start pelvis position (x, y), m.")
     friction: tuple[float, float] | None = field(
@@ -170,6 +175,7 @@ class TrackingTaskConfig:
         check(0 <= self.start_at_zero <= 1, f"{p}start_at_zero", "must be in [0, 1]")
         check(self.start_window_s is None or self.start_window_s >= 0, f"{p}start_window_s", "must be >= 0 or null")
         self.adaptive_starts.validate(f"{p}adaptive_starts")
+        check(0 <= self.start_velocity_share <= 1, f"{p}start_velocity_share", "must be in [0, 1]")
         check(self.start_window_s is None or self.adaptive_starts.bin_s == 0, f"{p}adaptive_starts.bin_s",
               "adaptive starts span the whole motion: not with start_window_s")  # fmt: skip
         check(self.start_posture in ("reference", "default"), f"{p}start_posture", "must be reference or default")

@@ -254,6 +254,8 @@ class TrackingEnv:
         if self.randomized:
             self._randomize(ids)
         qvel = ref.qvel[lane, start].copy()
+        if not self.trial_mode:  # reference-state initialisation hands over the frame's velocities (or a share)
+            qvel *= task.start_velocity_share
         if task.start_posture == "default":
             qvel[:, 6:] = 0.0
         ctrl = q[:, self.joint_qpos] if task.start_posture == "default" else ref.joint_pos[lane, start].copy()
