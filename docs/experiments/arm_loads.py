@@ -45,18 +45,27 @@ def arm_loads(model: mujoco.MjModel, qpos: np.ndarray, share: float) -> list[dic
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def reference_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line the load scripts share (this one and leg_loads.py): a reference, --every, --mjcf."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("reference", help="a reference library entry (.npz with qpos and fps)")
-    parser.add_argument("--share", type=float, default=1.0)
     parser.add_argument("--every", type=int, default=5, help="print every Nth frame")
     parser.add_argument("--mjcf", default="llp/sim/assets/lightbot0_like.xml")
-    args = parser.parse_args()
+    return parser
+
+
+def load(args: argparse.Namespace) -> tuple[mujoco.MjModel, dict, dict[str, float]]:
+    """The robot model, the reference (.npz) and each actuated joint's torque limit by joint name."""
     model = mujoco.MjModel.from_xml_path(args.mjcf)
-    ref = np.load(args.reference)
-    limits = {}
-    for a in range(model.nu):
-        limits[model.joint(model.actuator_trnid[a, 0]).name] = model.actuator_forcerange[a, 1]
+    limits = {model.joint(model.actuator_trnid[a, 0]).name: model.actuator_forcerange[a, 1] for a in range(model.nu)}
+    return model, np.load(args.reference), limits
+
+
+def main() -> None:
+    parser = reference_parser(__doc__)
+    parser.add_argument("--share", type=float, default=1.0)
+    args = parser.parse_args()
+    model, ref, limits = load(args)
     rows = arm_loads(model, ref["qpos"], args.share)
     print(f"hands carry {args.share:.0%} of {model.body_subtreemass[model.body('pelvis').id]:.1f} kg; "
           f"arm torque limit {limits['left_elbow']:.0f} N m")  # fmt: skip

@@ -13,10 +13,9 @@ foot alone at all: the number says what the hip would need to pull the body over
 
 from __future__ import annotations
 
-import argparse
-
 import mujoco
 import numpy as np
+from arm_loads import load, reference_parser
 
 LEG_JOINTS = ("hip_pitch", "knee", "ankle_pitch")
 
@@ -66,17 +65,10 @@ def leg_loads(model: mujoco.MjModel, qpos: np.ndarray, leg: str) -> list[dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("reference", help="a reference library entry (.npz with qpos and fps)")
+    parser = reference_parser(__doc__)
     parser.add_argument("--leg", default="left", choices=("left", "right"), help="the leg that steps up first")
-    parser.add_argument("--every", type=int, default=5, help="print every Nth frame")
-    parser.add_argument("--mjcf", default="llp/sim/assets/lightbot0_like.xml")
     args = parser.parse_args()
-    model = mujoco.MjModel.from_xml_path(args.mjcf)
-    ref = np.load(args.reference)
-    limits = {}
-    for a in range(model.nu):
-        limits[model.joint(model.actuator_trnid[a, 0]).name] = model.actuator_forcerange[a, 1]
+    model, ref, limits = load(args)
     rows = leg_loads(model, ref["qpos"], args.leg)
     lead, back = args.leg, "right" if args.leg == "left" else "left"
     names = " / ".join(f"{j} ({limits[f'{lead}_{j}']:.0f})" for j in LEG_JOINTS)
