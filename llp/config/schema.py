@@ -65,6 +65,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         check(value in allowed, path, f"got {value!r}, allowed values: {', '.join(repr(a) for a in allowed)}")
         return value
     if origin in (Union, types.UnionType):
+        given = [a for a in get_args(tp) if a is not type(None)]
+        if value is not None and len(given) == 1:  # an optional value that is given: its own type's error
+            return _convert(given[0], value, path)
         errors = []
         for arg in get_args(tp):
             try:
