@@ -22,12 +22,9 @@ from dataclasses import dataclass
 from llp.config.schema import check, field
 from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
+from llp.motion.acceptance import PHYSICS_SLACK
 from llp.skills.trials import run_trials
 from llp.stages.common import check_network_obs, checked_tracking_task
-
-# physics rollouts are checked with twice the IK's tolerances: soft contacts sink about 1 cm, joints overshoot
-# their limits by a few hundredths of a radian and their speed limit briefly
-PHYSICS_SLACK = 2.0
 
 
 def _actor() -> ActorConfig:
@@ -43,6 +40,13 @@ class ReferenceAugmentationConfig(TrainingStageConfig):
     """Which seed grows, by how much per round, and the tracker's budget."""
 
     seed: str = field(default="climb_step_25", doc="Motion seed (conf/seeds/).")
+    physics_proposals: bool = field(
+        default=False,
+        doc="Where the seed has a physics block: drive each round's raised proposal through the simulator as the "
+        "seed was (llp.motion.physics_refinement) before its tracker learns it. Off: at 45.5 cm the re-driven "
+        "proposal (another planner seed's motion) was tracked in 16% of 32 trials, the IK's raise of the driven "
+        "seed in 53% (docs/experiments/2026-12-06-step-up-45.md, section 10).",
+    )
     task: str = field(default="tracking", doc="Tracking task config (conf/task/).")
     rounds: int = field(default=2, doc="Growth rounds after the seed.")
     height_step: float = field(default=0.05, doc="Metres the obstacle and motion rise per round (paper: 5-10 cm).")
@@ -88,7 +92,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     from llp.motion.library import Reference, ReferenceLibrary
     from llp.motion.retarget import Retargeter
     from llp.motion.scene import SceneModel
-    from llp.motion.seeds import seed_reference, seed_retarget_config, seed_spec
+    from llp.motion.seeds import physical_motion, seed_reference, seed_retarget_config, seed_spec
     from llp.motion.tracking import TrackingEnvConfig, tracking_task
     from llp.sim.robot import RobotConfig
 
@@ -101,6 +105,9 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     shutil.rmtree(root, ignore_errors=True)  # a retry starts again from round 1
     library = ReferenceLibrary(root)
     parent = library.add(seed_reference(spec))
+    if not parent.accepted:
+        failed = "; ".join(f"{a.name}: {a.reason}" for a in parent.acceptance if a.passed is False)
+        raise RuntimeError(f"seed {spec.id} fails its checks ({failed}); `llp seeds {spec.id}` shows them")
     seed_motion = parent.qpos  # each round's rollout is measured against the seed's heading
     # a retry draws other seeds: on one machine the same seeds replay the same rounds (the walking seed's round 1
     # gave 56% of 32 trials twice over, to the tenth of a centimetre of tracking error; README)
@@ -115,7 +122,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         scene = SceneModel(robot_cfg, obstacle, rcfg.contact_frames)
         # a proposal raised from a physics rollout keeps that rollout's contacts, which MuJoCo's soft contacts let
         # sink about 1 cm into what they touch: it is held to the rollout's tolerance (PHYSICS_SLACK x the IK's)
-        slack = 1.0 if parent.round == 0 else PHYSICS_SLACK
+        slack = PHYSICS_SLACK if parent.tracked is not None else 1.0  # a rollout, or a seed driven by physics
         proposal = [
             A.kinematic(scene, qpos, parent.fps, rcfg.joint_speed_limit * slack, tol=1e-3 if slack == 1 else 0.05),
             A.scene_relation(scene, qpos, parent.fps, parent.contacts, rcfg.penetration_limit * slack,
@@ -133,6 +140,17 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
                                   qpos=qpos))  # fmt: skip
             stop = f"round {r}: the raised proposal fails its checks ({why})"
             break
+        raised = f"raised by {cfg.height_step} m"
+        if spec.physics is not None and cfg.physics_proposals:  # the IK's raise is kinematic again
+            motion, _, driven = physical_motion(qpos, parent.fps, scene, parent.contacts, rcfg, task, spec.physics)
+            proposal.append(driven)
+            if motion is None:
+                library.add(Reference(**common, made_by=f"raised {parent.id} by {cfg.height_step} m (IK)",
+                                      acceptance=[*proposal, A.not_run("dynamic", "the proposal failed its checks")],
+                                      qpos=qpos))  # fmt: skip
+                stop = f"round {r}: the raised proposal could not be driven through the simulator ({driven.reason})"
+                break
+            qpos, raised = motion, f"raised by {cfg.height_step} m and driven through MuJoCo by MPPI"
         env_cfg = TrackingEnvConfig(task=task, qpos=qpos, fps=parent.fps, obstacle=obstacle,
                                     contacts=parent.contacts, reference_id=ref_id)  # fmt: skip
         iterations = cfg.iterations if r == 1 else cfg.iterations_per_round
@@ -160,7 +178,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         error = wins[0]["tracking_error_m"] if wins else sum(t["tracking_error_m"] for t in trials) / len(trials)
         made = (
             f"physics rollout of the round-{r} tracker (best of {len(wins)} successful trials) over {parent.id} "
-            f"raised by {cfg.height_step} m"
+            f"{raised}"
             if wins
             else f"raised {parent.id} by {cfg.height_step} m (IK); no tracking rollout succeeded"
         )

@@ -168,8 +168,9 @@ def test_library_entries_keep_their_lineage_and_are_only_added(tmp_path):
 
 def test_llp_seeds_and_llp_refs(tmp_path):
     llp = [sys.executable, "-m", "llp.cli"]
-    out = subprocess.run([*llp, "seeds", "--out", str(tmp_path / "lib"), "--pictures", str(tmp_path / "pics")],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run([*llp, "seeds", "--out", str(tmp_path / "lib"), "--pictures", str(tmp_path / "pics"),
+                          "--kinematic"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    # (--kinematic: the keyframes' motions; driving a seed through the simulator: tests/test_physics_refinement.py)
     assert out.returncode == 0, out.stderr
     assert (
         "climb_step_25.r0: 151 frames" in out.stdout

@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("names", nargs="*", help="seeds to author (default: all in conf/seeds/)")
     m.add_argument("--out", default="runs/references", help="library folder (default runs/references)")
     m.add_argument("--pictures", help="also write a PNG strip of key frames per seed into this folder")
+    m.add_argument("--kinematic", action="store_true",
+                   help="keep the keyframes' motion: skip driving seeds with a physics block through the simulator "
+                        "(minutes each); for iterating on keyframes")  # fmt: skip
     m.set_defaults(fn=cmd_seeds)
 
     m = sub.add_parser("refs", help="table of a reference library's entries with their provenance")

@@ -68,7 +68,7 @@ def cmd_seeds(args: argparse.Namespace) -> int:
     specs = [seed_spec(n) for n in names]  # every seed validated before any is solved
     library = ReferenceLibrary(args.out)
     for spec in specs:
-        ref = seed_reference(spec)
+        ref = seed_reference(spec, physics=not args.kinematic)
         if any(e.id == ref.id for e in library.entries):
             print(f"{ref.id}: already in {args.out}, kept")
         else:

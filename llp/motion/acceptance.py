@@ -16,6 +16,10 @@ import numpy as np
 
 from llp.motion.scene import Contact, SceneModel
 
+# physics rollouts are checked with twice the IK's tolerances: soft contacts sink about 1 cm, joints overshoot
+# their limits by a few hundredths of a radian and their speed limit briefly
+PHYSICS_SLACK = 2.0
+
 
 @dataclass
 class Acceptance:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llp.config.schema import check, field
+from llp.motion.physics_refinement import PhysicsRefinement
 from llp.motion.retarget import Retargeter, pitch_yaw_rotation
 from llp.motion.scene import Contact, ObstacleBox
 
@@ -55,6 +56,11 @@ class SeedSpec:
         default_factory=dict,
         doc="Position costs of the IK's frame tasks that differ for this seed (the rest as conf/retarget/<robot>.yaml):"
         " hands that carry weight on the box must be where they are placed, not where a straight arm puts them.",
+    )
+    physics: PhysicsRefinement | None = field(
+        default=None,
+        doc="Drive the solved keyframes through the simulator and keep what the robot does (llp.motion."
+        "physics_refinement); null keeps the kinematic motion.",
     )
 
     def validate(self, path: str) -> None:
@@ -137,9 +143,11 @@ def author(spec: SeedSpec, solver: Retargeter) -> tuple[np.ndarray, dict[str, np
     return solver.solve(positions, rotations, spec.fps), positions
 
 
-def seed_reference(spec: SeedSpec):
+def seed_reference(spec: SeedSpec, physics: bool = True, log=print):
     """The seed as the round-0 entry of a reference library: authored, then checked kinematically and against
-    its obstacle. The dynamic check waits for a physics tracking policy to execute it."""
+    its obstacle. A seed with a ``physics`` block is then driven through the simulator, and the entry is what the
+    robot did there (the keyframes' motion kept as ``tracked``), checked with a physics rollout's tolerances;
+    ``physics=False`` keeps the keyframes' motion. The dynamic check waits for a physics tracking policy."""
     from llp.config.files import named
     from llp.config.schema import build
     from llp.motion import acceptance as A
@@ -160,7 +168,55 @@ def seed_reference(spec: SeedSpec):
         A.not_run("dynamic", "needs a physics tracking policy (growth rounds)"),
     ]
     checks[0].numbers["mean_ik_error_m"] = ik_error
-    return Reference(
+    common = dict(
         id=f"{spec.id}.r0", skill=spec.skill, seed=spec.id, round=0, parent=None, obstacle=spec.obstacle,
-        contacts=spec.contacts, fps=spec.fps, made_by=spec.made_by, acceptance=checks, qpos=qpos,
+        contacts=spec.contacts, fps=spec.fps,
     )  # fmt: skip
+    if spec.physics is None or not physics or not all(a.passed for a in checks[:2]):
+        return Reference(**common, made_by=spec.made_by, acceptance=checks, qpos=qpos)
+    from llp.motion.tracking import tracking_task
+
+    task = tracking_task("tracking", spec.robot)
+    motion, made_by, driven = physical_motion(qpos, spec.fps, scene, spec.contacts, cfg, task, spec.physics, log)
+    if motion is None:
+        return Reference(**common, made_by=spec.made_by, acceptance=[*checks[:2], driven, checks[2]], qpos=qpos)
+    checks = [*physics_checks(scene, motion, spec.fps, spec.contacts, cfg), driven, checks[2]]
+    return Reference(**common, made_by=f"{spec.made_by}; {made_by}", acceptance=checks, qpos=motion, tracked=qpos)
+
+
+def physics_checks(scene, motion: np.ndarray, fps: float, contacts, retarget_cfg) -> list:
+    """The kinematic and scene checks of a physics rollout: the IK's limits times ``PHYSICS_SLACK``."""
+    from llp.motion import acceptance as A
+
+    slack = A.PHYSICS_SLACK
+    return [
+        A.kinematic(scene, motion, fps, retarget_cfg.joint_speed_limit * slack, tol=0.05),
+        A.scene_relation(
+            scene, motion, fps, contacts, retarget_cfg.penetration_limit * slack, retarget_cfg.contact_tolerance * slack
+        ),  # fmt: skip
+    ]
+
+
+def physical_motion(qpos: np.ndarray, fps: float, scene, contacts, retarget_cfg, task, cfg: PhysicsRefinement,
+                    log=print):  # fmt: skip
+    """``qpos`` driven through ``task``'s physics (a tracking task) over ``scene``'s obstacle, each try held to
+    ``physics_checks``: (the motion or None, how it was made, the "physics" acceptance, the last try's numbers)."""
+    from llp.motion import acceptance as A
+    from llp.motion.physics_refinement import refine
+
+    def accept(motion: np.ndarray) -> tuple[bool, str]:
+        failed = [a for a in physics_checks(scene, motion, fps, contacts, retarget_cfg) if not a.passed]
+        return not failed, "; ".join(a.reason for a in failed)
+
+    refined = refine(qpos, fps, scene.obstacle, retarget_cfg, task, cfg, accept=accept, log=log)
+    last = refined.tries[-1]
+    numbers = {"tries": len(refined.tries), "final_error_m": last["final_error_m"],
+               "deepest_drop_m": last["deepest_drop_m"]}  # fmt: skip
+    if not refined.succeeded:
+        rejected = f"; {last['rejected']}" if last["rejected"] else ""
+        why = (f"none of {cfg.tries} planner tries ended where the motion ends and passed the physics checks (the "
+               f"last: the pelvis {100 * last['final_error_m']:.1f} cm off{rejected})")  # fmt: skip
+        return None, "", A.Acceptance("physics", False, numbers, why)
+    made_by = (f"driven through MuJoCo by MPPI ({cfg.samples} rollouts a step over {cfg.horizon_s:g} s, planner "
+               f"seed {last['seed']}; llp.motion.physics_refinement)")  # fmt: skip
+    return refined.qpos, made_by, A.Acceptance("physics", True, numbers, "")
