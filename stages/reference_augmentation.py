@@ -40,13 +40,6 @@ class ReferenceAugmentationConfig(TrainingStageConfig):
     """Which seed grows, by how much per round, and the tracker's budget."""
 
     seed: str = field(default="climb_step_25", doc="Motion seed (conf/seeds/).")
-    physics_proposals: bool = field(
-        default=False,
-        doc="Where the seed has a physics block: drive each round's raised proposal through the simulator as the "
-        "seed was (llp.motion.physics_refinement) before its tracker learns it. Off: at 45.5 cm the re-driven "
-        "proposal (another planner seed's motion) was tracked in 16% of 32 trials, the IK's raise of the driven "
-        "seed in 53% (docs/experiments/2026-12-06-step-up-45.md, section 10).",
-    )
     task: str = field(default="tracking", doc="Tracking task config (conf/task/).")
     rounds: int = field(default=2, doc="Growth rounds after the seed.")
     height_step: float = field(default=0.05, doc="Metres the obstacle and motion rise per round (paper: 5-10 cm).")
@@ -92,7 +85,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     from llp.motion.library import Reference, ReferenceLibrary
     from llp.motion.retarget import Retargeter
     from llp.motion.scene import SceneModel
-    from llp.motion.seeds import physical_motion, physics_checks, seed_reference, seed_retarget_config, seed_spec
+    from llp.motion.seeds import physics_checks, seed_reference, seed_retarget_config, seed_spec
     from llp.motion.tracking import TrackingEnvConfig, tracking_task
     from llp.sim.robot import RobotConfig
 
@@ -140,17 +133,6 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
                                   qpos=qpos))  # fmt: skip
             stop = f"round {r}: the raised proposal fails its checks ({why})"
             break
-        raised = f"raised by {cfg.height_step} m"
-        if spec.physics is not None and cfg.physics_proposals:  # the IK's raise is kinematic again
-            motion, _, driven = physical_motion(qpos, parent.fps, scene, parent.contacts, rcfg, task, spec.physics)
-            proposal.append(driven)
-            if motion is None:
-                library.add(Reference(**common, made_by=f"raised {parent.id} by {cfg.height_step} m (IK)",
-                                      acceptance=[*proposal, A.not_run("dynamic", "the proposal failed its checks")],
-                                      qpos=qpos))  # fmt: skip
-                stop = f"round {r}: the raised proposal could not be driven through the simulator ({driven.reason})"
-                break
-            qpos, raised = motion, f"raised by {cfg.height_step} m and driven through MuJoCo by MPPI"
         env_cfg = TrackingEnvConfig(task=task, qpos=qpos, fps=parent.fps, obstacle=obstacle,
                                     contacts=parent.contacts, reference_id=ref_id)  # fmt: skip
         iterations = cfg.iterations if r == 1 else cfg.iterations_per_round
@@ -162,17 +144,20 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         wins = sorted((t for t in trials if t["success"]), key=lambda t: t["tracking_error_m"])
         # the next round grows what is kept: the lowest tracking error among the successful rollouts that pass a
         # rollout's checks (a hard push-off can sink a sole 2-4 cm into the floor in MuJoCo's soft contacts)
-        rank = next((k for k, w in enumerate(wins)
-                     if all(a.passed for a in physics_checks(scene, w["qpos"][: len(qpos)], parent.fps,
-                                                             parent.contacts, rcfg))), 0)  # fmt: skip
-        best = wins[rank] if wins else None
-        motion = best["qpos"][: len(qpos)] if best else qpos
+        rank, best, motion, rollout_checks = 0, None, qpos, None
+        for k, win in enumerate(wins):
+            candidate = win["qpos"][: len(qpos)]
+            candidate_checks = physics_checks(scene, candidate, parent.fps, parent.contacts, rcfg)
+            if k == 0 or all(a.passed for a in candidate_checks):  # the best, unless a later one passes
+                rank, best, motion, rollout_checks = k, win, candidate, candidate_checks
+            if all(a.passed for a in candidate_checks):
+                break
         passed = rate >= cfg.min_success
         numbers = {"success_rate": rate, "trials": len(trials),
                    "mean_frames": sum(t["frames"] for t in trials) / len(trials)}  # fmt: skip
         why = "" if passed else f"{100 * rate:.0f}% of {len(trials)} trials succeed < {100 * cfg.min_success:.0f}%"
         dynamic = A.Acceptance("dynamic", passed, numbers, why)
-        checks = [*physics_checks(scene, motion, parent.fps, parent.contacts, rcfg), dynamic]
+        checks = [*(rollout_checks or physics_checks(scene, motion, parent.fps, parent.contacts, rcfg)), dynamic]
         drift = float(abs(A.heading_drift_deg(motion, seed_motion)).max())
         if cfg.max_heading_drift_deg is not None:
             checks.append(A.heading(motion, seed_motion, cfg.max_heading_drift_deg))
@@ -181,7 +166,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         if rank:
             which = f"successful trial {rank + 1} of {len(wins)} by tracking error, the best that passes the checks"
         made = (
-            f"physics rollout of the round-{r} tracker ({which}) over {parent.id} {raised}"
+            f"physics rollout of the round-{r} tracker ({which}) over {parent.id} raised by {cfg.height_step} m"
             if wins
             else f"raised {parent.id} by {cfg.height_step} m (IK); no tracking rollout succeeded"
         )

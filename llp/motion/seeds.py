@@ -200,7 +200,8 @@ def physics_checks(scene, motion: np.ndarray, fps: float, contacts, retarget_cfg
 def physical_motion(qpos: np.ndarray, fps: float, scene, contacts, retarget_cfg, task, cfg: PhysicsRefinement,
                     log=print):  # fmt: skip
     """``qpos`` driven through ``task``'s physics (a tracking task) over ``scene``'s obstacle, each try held to
-    ``physics_checks``: (the motion or None, how it was made, the "physics" acceptance, the last try's numbers)."""
+    ``physics_checks``: (the motion or None, how it was made, the "physics" acceptance with the last try's
+    numbers)."""
     from llp.motion import acceptance as A
     from llp.motion.physics_refinement import refine
 
