@@ -2,7 +2,8 @@
 
 Round 0 is the authored seed (a kinematic proposal, ``llp.motion.seeds``). Round k raises the last accepted
 reference and its box by ``height_step`` (``llp.motion.growth``), checks the proposal kinematically and
-against the taller box, trains a tracking policy on it (PPO on the stage's Ray pool, reference-state
+against the taller box (with ``track_seed``, round 1 is the seed itself at its own height, as the paper tracks
+its seed before it grows it), trains a tracking policy on it (PPO on the stage's Ray pool, reference-state
 initialisation; round 1 from scratch, later rounds from the previous round's tracker), and runs ``trials``
 fresh rollouts from the first frame. The best successful rollout becomes round k's reference; a round whose
 success rate is below ``min_success`` is recorded with its numbers and ends the growth, with the reason.
@@ -41,7 +42,12 @@ class ReferenceAugmentationConfig(TrainingStageConfig):
 
     seed: str = field(default="climb_step_25", doc="Motion seed (conf/seeds/).")
     task: str = field(default="tracking", doc="Tracking task config (conf/task/).")
-    rounds: int = field(default=2, doc="Growth rounds after the seed.")
+    rounds: int = field(default=2, doc="Tracking rounds after the seed, each raised by height_step (see track_seed).")
+    track_seed: bool = field(
+        default=False,
+        doc="Round 1 tracks the seed at its own height, unraised (the paper's first step); the last round is then "
+        "rounds - 1 steps up.",
+    )
     height_step: float = field(default=0.05, doc="Metres the obstacle and motion rise per round (paper: 5-10 cm).")
     iterations: int = field(default=1000, doc="PPO iterations of the first round's tracker (from scratch).")
     iterations_per_round: int = field(default=500, doc="PPO iterations of each later round (from the last).")
@@ -81,7 +87,6 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     from llp.config.files import named
     from llp.config.schema import build
     from llp.motion import acceptance as A
-    from llp.motion.growth import raise_reference
     from llp.motion.library import Reference, ReferenceLibrary
     from llp.motion.retarget import Retargeter
     from llp.motion.scene import SceneModel
@@ -92,8 +97,8 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     task = tracking_task(cfg.task, cfg.robot, cfg.env)
     robot_cfg = build(RobotConfig, named("robot", cfg.robot), "robot")
     spec = seed_spec(cfg.seed)
-    rcfg = seed_retarget_config(spec)  # the robot's, with the seed's own frame costs (its growth is solved alike)
-    solver = Retargeter(rcfg, robot_cfg)
+    rcfg = seed_retarget_config(spec)  # the robot's, with the seed's own frame costs
+    grower = Retargeter(seed_retarget_config(spec, growth=True), robot_cfg)  # the IK that raises a reference
     root = ctx.run_dir / "references" / ctx.stage
     shutil.rmtree(root, ignore_errors=True)  # a retry starts again from round 1
     library = ReferenceLibrary(root)
@@ -109,18 +114,15 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         print(f"[llp] {ctx.stage}: attempt {ctx.attempt} trains and tries with seeds from {seed}", flush=True)
     ctx.init_ray()
     tracker, tracker_state, rounds, it0, stop, curve = None, None, [], 0, "", []
+    raised = None  # the next round's proposal, made when the round before chose its rollout
     for r in range(1, cfg.rounds + 1):
-        qpos, obstacle, _ = raise_reference(solver, parent.qpos, parent.obstacle, cfg.height_step, parent.fps,
-                                            parent.contacts)  # fmt: skip
+        step = 0.0 if cfg.track_seed and r == 1 else cfg.height_step
+        if not step:  # the seed as it is: its own checks have passed above
+            qpos, obstacle, proposal = parent.qpos, parent.obstacle, []
+        else:
+            qpos, obstacle, proposal = raised or _proposal(grower, rcfg, robot_cfg, parent, step)
+        grown = f"{parent.id} raised by {step} m" if step else f"{parent.id} at its own height"
         scene = SceneModel(robot_cfg, obstacle, rcfg.contact_frames)
-        # a proposal raised from a physics rollout keeps that rollout's contacts, which MuJoCo's soft contacts let
-        # sink about 1 cm into what they touch: it is held to the rollout's tolerance (PHYSICS_SLACK x the IK's)
-        slack = PHYSICS_SLACK if parent.tracked is not None else 1.0  # a rollout, or a seed driven by physics
-        proposal = [
-            A.kinematic(scene, qpos, parent.fps, rcfg.joint_speed_limit * slack, tol=1e-3 if slack == 1 else 0.05),
-            A.scene_relation(scene, qpos, parent.fps, parent.contacts, rcfg.penetration_limit * slack,
-                             rcfg.contact_tolerance * slack),
-        ]  # fmt: skip
         ref_id = f"{cfg.seed}.r{r}"
         common = dict(
             id=ref_id, skill=parent.skill, seed=parent.seed, round=r, parent=parent.id, obstacle=obstacle,
@@ -128,7 +130,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         )  # fmt: skip
         if not all(a.passed for a in proposal):
             why = "; ".join(a.reason for a in proposal if not a.passed)
-            library.add(Reference(**common, made_by=f"raised {parent.id} by {cfg.height_step} m (IK)",
+            library.add(Reference(**common, made_by=f"{grown} (IK)",
                                   acceptance=[*proposal, A.not_run("dynamic", "the proposal failed its checks")],
                                   qpos=qpos))  # fmt: skip
             stop = f"round {r}: the raised proposal fails its checks ({why})"
@@ -143,14 +145,23 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         rate = sum(t["success"] for t in trials) / len(trials)
         wins = sorted((t for t in trials if t["success"]), key=lambda t: t["tracking_error_m"])
         # the next round grows what is kept: the lowest tracking error among the successful rollouts that pass a
-        # rollout's checks (a hard push-off can sink a sole 2-4 cm into the floor in MuJoCo's soft contacts)
-        rank, best, motion, rollout_checks = 0, None, qpos, None
+        # rollout's checks (a hard push-off can sink a sole 2-4 cm into the floor in MuJoCo's soft contacts) and,
+        # when a round follows, whose raise passes a proposal's (the 45 cm step-up's right toes scrape the box's
+        # front in most rollouts: 4 of its 27 raise clear; docs/experiments/2026-12-07-climb-45-60.md)
+        rank, best, motion, rollout_checks, raised = 0, None, qpos, None, None
         for k, win in enumerate(wins):
             candidate = win["qpos"][: len(qpos)]
             candidate_checks = physics_checks(scene, candidate, parent.fps, parent.contacts, rcfg)
-            if k == 0 or all(a.passed for a in candidate_checks):  # the best, unless a later one passes
+            clean = all(a.passed for a in candidate_checks)
+            if k == 0 or (clean and not all(a.passed for a in rollout_checks)):  # the best, or the best clean one
                 rank, best, motion, rollout_checks = k, win, candidate, candidate_checks
-            if all(a.passed for a in candidate_checks):
+            if not clean or r == cfg.rounds:
+                if clean:
+                    break
+                continue
+            nxt = _proposal(grower, rcfg, robot_cfg, parent, cfg.height_step, (candidate, obstacle))
+            if all(a.passed for a in nxt[2]):
+                rank, best, motion, rollout_checks, raised = k, win, candidate, candidate_checks, nxt
                 break
         passed = rate >= cfg.min_success
         numbers = {"success_rate": rate, "trials": len(trials),
@@ -165,10 +176,11 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
         which = f"best of {len(wins)} successful trials"
         if rank:
             which = f"successful trial {rank + 1} of {len(wins)} by tracking error, the best that passes the checks"
+            which += " and raises clear" if raised else ""
         made = (
-            f"physics rollout of the round-{r} tracker ({which}) over {parent.id} raised by {cfg.height_step} m"
+            f"physics rollout of the round-{r} tracker ({which}) over {grown}"
             if wins
-            else f"raised {parent.id} by {cfg.height_step} m (IK); no tracking rollout succeeded"
+            else f"{grown}{' (IK)' if step else ''}; no tracking rollout succeeded"
         )
         entry = library.add(Reference(**common, made_by=made, acceptance=checks, tracking_error_m=error,
                                       success_rate=rate, heading_drift_deg=drift, qpos=motion,
@@ -199,6 +211,28 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
             "nothing was registered (a retry starts again from round 1, with other seeds)"
         )
     return {"library": ctx.register_dataset("library", root), "tracker": _register_tracker(ctx, tracker, task)}
+
+
+def _proposal(grower, rcfg, robot_cfg, parent, step: float, rollout=None):
+    """The next round's proposal: ``parent``'s motion (or the round's ``rollout`` over ``parent``'s raised box,
+    (qpos, obstacle)) and its box raised by ``step`` (IK), and its kinematic and scene checks: (qpos, obstacle,
+    checks)."""
+    from llp.motion import acceptance as A
+    from llp.motion.growth import raise_reference
+    from llp.motion.scene import SceneModel
+
+    motion, box = rollout or (parent.qpos, parent.obstacle)
+    qpos, obstacle, _ = raise_reference(grower, motion, box, step, parent.fps, parent.contacts, clear=True)
+    scene = SceneModel(robot_cfg, obstacle, rcfg.contact_frames)
+    # a proposal raised from a physics rollout keeps that rollout's contacts, which MuJoCo's soft contacts let
+    # sink about 1 cm into what they touch: it is held to the rollout's tolerance (PHYSICS_SLACK x the IK's)
+    slack = PHYSICS_SLACK if rollout or parent.tracked is not None else 1.0  # a rollout, or a seed driven by physics
+    checks = [
+        A.kinematic(scene, qpos, parent.fps, rcfg.joint_speed_limit * slack, tol=1e-3 if slack == 1 else 0.05),
+        A.scene_relation(scene, qpos, parent.fps, parent.contacts, rcfg.penetration_limit * slack,
+                         rcfg.contact_tolerance * slack),
+    ]  # fmt: skip
+    return qpos, obstacle, checks
 
 
 def _train_round(ctx, cfg, env_cfg, r: int, iterations: int, it0: int, state_path, seed: int):

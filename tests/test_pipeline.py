@@ -128,19 +128,26 @@ def test_reference_augmentation_registers_a_library_whose_grown_entry_links_to_i
     mlflow_client(services)
     folder = tracking.download_dataset(uri, smoke_run["root"] / "downloaded-library")
     entries = {e["id"]: e for e in json.loads((folder / "index.json").read_text())["entries"]}
-    assert set(entries) == {"climb_step_25.r0", "climb_step_25.r1"}  # smoke: the seed and one growth round
-    grown = entries["climb_step_25.r1"]
-    assert grown["parent"] == "climb_step_25.r0" and grown["seed"] == "climb_step_25" and grown["round"] == 1
+    # smoke tracks the seed at its own height (round 1, track_seed), then raises it once (round 2)
+    assert set(entries) == {"climb_step_25.r0", "climb_step_25.r1", "climb_step_25.r2"}
+    tracked, grown = entries["climb_step_25.r1"], entries["climb_step_25.r2"]
+    assert tracked["parent"] == "climb_step_25.r0" and tracked["obstacle"]["height"] == pytest.approx(0.25)
+    assert "climb_step_25.r0 at its own height" in tracked["made_by"]
+    assert [a["name"] for a in tracked["acceptance"]] == ["kinematic", "scene", "dynamic"]  # its rollout's checks
+    assert grown["parent"] == "climb_step_25.r1" and grown["seed"] == "climb_step_25" and grown["round"] == 2
     assert grown["obstacle"]["height"] == pytest.approx(0.275)  # 25 cm + the 2.5 cm step
+    assert "climb_step_25.r1 raised by 0.025 m" in grown["made_by"]
     assert [a["name"] for a in grown["acceptance"]] == ["kinematic", "scene", "dynamic"]
     assert grown["acceptance"][2]["numbers"]["trials"] == 4 and grown["success_rate"] is not None
-    assert grown["tracking_error_m"] > 0 and (folder / "climb_step_25.r1.npz").is_file()
+    assert grown["tracking_error_m"] > 0 and (folder / "climb_step_25.r2.npz").is_file()
     assert 0.0 <= grown["heading_drift_deg"] < 180.0  # measured, not judged (no max_heading_drift_deg set)
     shown = llp("refs", "e2e", "--run-root", str(smoke_run["root"]))
     assert shown.returncode == 0
-    assert "| climb_step_25.r1 | climb_step | 1 | climb_step_25.r0 | climb 27.5 cm |" in shown.stdout
-    lineage = llp("refs", "e2e", "--run-root", str(smoke_run["root"]), "--lineage", "climb_step_25.r1")
-    assert lineage.stdout.strip() == "climb_step_25.r1 (round 1, 27.5 cm) <- climb_step_25.r0 (round 0, 25 cm)"
+    assert "| climb_step_25.r2 | climb_step | 2 | climb_step_25.r1 | climb 27.5 cm |" in shown.stdout
+    lineage = llp("refs", "e2e", "--run-root", str(smoke_run["root"]), "--lineage", "climb_step_25.r2")
+    assert lineage.stdout.strip() == (
+        "climb_step_25.r2 (round 2, 27.5 cm) <- climb_step_25.r1 (round 1, 25 cm) <- climb_step_25.r0 (round 0, 25 cm)"
+    )
 
 
 def test_the_depth_student_learns_from_the_transition_policy_and_is_exported_with_lineage_to_the_first_stage(
@@ -211,8 +218,9 @@ def test_the_final_evaluation_runs_the_deployable_files_in_closed_loop_as_the_to
     assert reports["student"]["model"] == outputs["depth_student"]["policy"]
     assert reports["deployable"]["model"] == outputs["export"]["deployable"]
     settings = [(s["tile_type"], s["difficulty"]) for s in reports["deployable"]["settings"]]
-    assert settings[-2:] == [("course", "27.5 cm"), ("climb", "27.5 cm")]  # smoke's library: one round, 27.5 cm
-    assert ("flat", "-") in settings and reports["deployable"]["trials"] == 14 + 2 + 2
+    # smoke's library: the seed tracked at 25 cm and one raise to 27.5 cm, every course at both
+    assert settings[-4:] == [("course", "25 cm"), ("course", "27.5 cm"), ("climb", "25 cm"), ("climb", "27.5 cm")]
+    assert ("flat", "-") in settings and reports["deployable"]["trials"] == 14 + 4 + 4
     for who in ("teacher", "student", "stand_still"):  # the same trials for every policy
         assert [r["seed"] for r in reports[who]["records"]] == [r["seed"] for r in reports["deployable"]["records"]]
     outcomes = lambda who: [r["outcome"] for r in reports[who]["records"]]  # noqa: E731
@@ -230,7 +238,7 @@ def test_the_final_evaluation_runs_the_deployable_files_in_closed_loop_as_the_to
     # `llp evaluate` on the deployable: the ONNX file closed loop, with the stage's protocol and seed
     seed = stage_seed(load_pipeline("smoke"), "evaluate_final")
     common = ["--profile", "smoke", "--set", f"run_root={smoke_run['root']}", "--trials", "2", "--seed", str(seed)]
-    common += ["--set", "stages.evaluate_final.protocol.course_env.terrain.climb_heights=[0.275]", "--json"]
+    common += ["--set", "stages.evaluate_final.protocol.course_env.terrain.climb_heights=[0.25,0.275]", "--json"]
     result = llp("evaluate", "--model", "models:/llp-deployable-policy@run-e2e", *common, env=services["env"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     again = json.loads(result.stdout.strip().splitlines()[-1])

@@ -6,7 +6,10 @@ A point of the motion rises with the obstacle by as much as it stands on it:
   a foot on its toes on the floor has climbed nothing, however high its raised heel puts the ankle);
 - a hand that the motion plants on the top (an intended contact), by the whole step while it is there, easing
   in and out over HAND_RAMP_S;
-- the pelvis and the rest, by the mean share of what stands: the two feet, and each hand while it is planted.
+- the pelvis and the rest, by the mean share of what stands: the two feet, and each hand while it is planted;
+- a hand that passes close over the top (within CLEAR_NEAR_M of it, over the box or within CLEAR_EDGE_M of its
+  front), by the whole step, so that it keeps its clearance to the taller top; easing to its share by
+  CLEAR_FAR_M above the top and CLEAR_EDGE_M before the front.
 
 The raised targets (pelvis, ankles, hands, with the parent's pelvis and foot rotations) are solved into a joint
 trajectory with the same IK as the seeds (``llp.motion.retarget``), then checked kinematically and against the
@@ -24,6 +27,10 @@ from llp.motion.scene import ObstacleBox
 FEET = ("left_foot", "right_foot")
 CLEARANCE = 0.002  # metres between a planted sole and its surface in a proposal (the seeds use 1 mm)
 HAND_RAMP_S = 0.25  # seconds over which a hand planted on the top takes up (and gives back) the whole step
+# a frame over the top rises by the whole step up to CLEAR_NEAR_M above it, by its share from CLEAR_FAR_M; the
+# 45 cm step-up's hands reach 2-3 cm over the front edge as the body rolls onto the top (1.0-1.1 s): raised by
+# the body's half share, they went 3.0 cm into the 50 cm box (docs/experiments/2026-12-07-climb-45-60.md)
+CLEAR_NEAR_M, CLEAR_FAR_M, CLEAR_EDGE_M = 0.10, 0.20, 0.10
 
 
 def frame_rotations(solver: Retargeter, qpos: np.ndarray, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -71,8 +78,20 @@ def raised_targets(
     body_share = (np.sum(shares, axis=0) + weight) / (len(shares) + weight)
     for key in positions:
         if key not in FEET:
-            out[key][:, 2] += dz * np.maximum(body_share, planted[key])
+            near = _near_top_share(positions[key], obstacle)
+            out[key][:, 2] += dz * np.maximum(body_share, np.maximum(planted[key], near))
     return out
+
+
+def _near_top_share(points: np.ndarray, obstacle: ObstacleBox) -> np.ndarray:
+    """1 where a point [T, 3] is over the box (or within CLEAR_EDGE_M of its front) and within CLEAR_NEAR_M above
+    its top, easing to 0 at CLEAR_FAR_M above it or CLEAR_EDGE_M before the front."""
+    x, y, z = points[:, 0], points[:, 1], points[:, 2]
+    outside = np.maximum(obstacle.front_x - x, 0.0) + np.maximum(x - obstacle.front_x - obstacle.depth, 0.0)
+    outside += np.maximum(np.abs(y - obstacle.y) - obstacle.width / 2, 0.0)
+    across = np.clip(1.0 - outside / CLEAR_EDGE_M, 0.0, 1.0)
+    above = np.clip((CLEAR_FAR_M - (z - obstacle.height)) / (CLEAR_FAR_M - CLEAR_NEAR_M), 0.0, 1.0)
+    return across * np.where(z >= obstacle.height - CLEAR_NEAR_M, above, 0.0)
 
 
 def _on_top_share(frame: str, contacts: list | None, fps: float | None, num_frames: int) -> np.ndarray:
@@ -143,9 +162,10 @@ def _lowest_point(model, data, g: int) -> float:
 
 
 def raise_reference(solver: Retargeter, qpos: np.ndarray, obstacle: ObstacleBox, dz: float, fps: float,
-                    contacts: list | None = None):  # fmt: skip
+                    contacts: list | None = None, clear: bool = False):  # fmt: skip
     """The proposal of the next round: (qpos [T, nq], raised obstacle, the targets it was solved for); with the
-    motion's intended ``contacts``, the hands it plants on the top rise with it."""
+    motion's intended ``contacts``, the hands it plants on the top rise with it; with ``clear``, the IK keeps
+    the rest of the body off the raised box (``Retargeter.clear_of``)."""
     positions = solver.frame_positions(qpos)
     missing = [f for f in FEET if f not in positions]
     if missing:
@@ -153,4 +173,6 @@ def raise_reference(solver: Retargeter, qpos: np.ndarray, obstacle: ObstacleBox,
     rotations = frame_rotations(solver, qpos, ("pelvis", *FEET))
     soles = sole_heights(solver, qpos)
     targets = raised_targets(positions, obstacle, dz, ankle_height(solver) + CLEARANCE, contacts, fps, soles)
-    return solver.solve(targets, rotations, fps), obstacle.raised(dz), targets
+    raised = obstacle.raised(dz)
+    ik = solver.clear_of(raised) if clear else solver
+    return ik.solve(targets, rotations, fps), raised, targets

@@ -15,6 +15,9 @@ import numpy as np
 from llp.config.schema import check, field
 from llp.motion.human import SMPL_JOINTS, HumanMotion
 
+# growth's IK keeps the legs, body and upper arms at least CLEARANCE_M off the box, acting within DETECTION_M of it
+CLEARANCE_M, DETECTION_M = 0.0, 0.03
+
 
 @dataclass(kw_only=True)
 class FrameTarget:
@@ -82,14 +85,19 @@ def pitch_yaw_rotation(pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:
 class Retargeter:
     """Solves frame targets into joint trajectories for one robot."""
 
-    def __init__(self, cfg: RetargetConfig, robot_cfg):
+    def __init__(self, cfg: RetargetConfig, robot_cfg, obstacle=None):
         import mink
         import mujoco
 
         from llp.sim.robot import load_robot_spec
 
-        self.cfg, self.robot_cfg = cfg, robot_cfg
-        self.model = model = load_robot_spec(robot_cfg).compile()
+        self.cfg, self.robot_cfg, self.obstacle = cfg, robot_cfg, obstacle
+        spec = load_robot_spec(robot_cfg)
+        if obstacle is not None:
+            from llp.motion.scene import add_obstacle
+
+            add_obstacle(spec, obstacle, floor=False)
+        self.model = model = spec.compile()
         self.configuration = mink.Configuration(model)
         self.default_q = model.key(robot_cfg.keyframe).qpos.copy() if robot_cfg.keyframe else model.qpos0.copy()
         self.tasks = {
@@ -103,10 +111,35 @@ class Retargeter:
             mink.ConfigurationLimit(model),
             mink.VelocityLimit(model, {name: cfg.joint_speed_limit for name in hinges}),
         ]
+        if obstacle is not None:  # what may not touch the box: every collision geom but the contact frames' bodies
+            self.limits.append(mink.CollisionAvoidanceLimit(model, [(self._clear_geoms(), ["obstacle"])],
+                                                            minimum_distance_from_collisions=CLEARANCE_M,
+                                                            collision_detection_distance=DETECTION_M))  # fmt: skip
         data = mujoco.MjData(model)
         mujoco.mj_kinematics(model, data)  # the zero pose: straight legs
         hip, ankle = (data.body(b).xpos.copy() for b in cfg.leg)
         self.leg_length = float(np.linalg.norm(hip - ankle))
+
+    def clear_of(self, obstacle) -> Retargeter:
+        """The same IK, keeping every body but the contact frames' (feet and hands) off ``obstacle``: mink's
+        collision-avoidance limit (a bound on the speed towards it within DETECTION_M)."""
+        return Retargeter(self.cfg, self.robot_cfg, obstacle)
+
+    def _clear_geoms(self) -> list[int]:
+        from llp.sim.robot import ROBOT_COLLISION_GROUP
+
+        model = self.model
+        touching = {model.body(b).id for b in self.cfg.contact_frames.values()}
+        out = []
+        for g in range(model.ngeom):
+            body = int(model.geom_bodyid[g])
+            chain = set()
+            while body > 0:
+                chain.add(body)
+                body = int(model.body_parentid[body])
+            if model.geom_group[g] == ROBOT_COLLISION_GROUP and not chain & touching:
+                out.append(g)
+        return out
 
     def solve(self, positions: dict[str, np.ndarray], rotations: dict[str, np.ndarray], fps: float) -> np.ndarray:
         """Joint trajectory qpos [T, nq] following target ``positions`` [T, 3] and ``rotations`` [T, 3, 3]

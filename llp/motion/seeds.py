@@ -57,6 +57,11 @@ class SeedSpec:
         doc="Position costs of the IK's frame tasks that differ for this seed (the rest as conf/retarget/<robot>.yaml):"
         " hands that carry weight on the box must be where they are placed, not where a straight arm puts them.",
     )
+    growth_frame_costs: dict[str, float] = field(
+        default_factory=dict,
+        doc="Position costs of the growth's IK where they differ from frame_costs (the seed itself is solved with "
+        "frame_costs): hands that pass close over the top must follow their raised targets (llp.motion.growth).",
+    )
     physics: PhysicsRefinement | None = field(
         default=None,
         doc="Drive the solved keyframes through the simulator and keep what the robot does (llp.motion."
@@ -71,23 +76,26 @@ class SeedSpec:
         check(all(a < b for a, b in zip(times, times[1:])), f"{path}.keyframes", f"times must increase: {times}")
         for i, c in enumerate(self.contacts):
             check(c.end <= times[-1], f"{path}.contacts[{i}].end", f"past the last keyframe ({times[-1]} s)")
-        for name, cost in self.frame_costs.items():
-            check(name in TRACKS, f"{path}.frame_costs.{name}", f"not a track; allowed: {', '.join(TRACKS)}")
-            check(cost > 0, f"{path}.frame_costs.{name}", "must be > 0")
+        for where, costs in (("frame_costs", self.frame_costs), ("growth_frame_costs", self.growth_frame_costs)):
+            for name, cost in costs.items():
+                check(name in TRACKS, f"{path}.{where}.{name}", f"not a track; allowed: {', '.join(TRACKS)}")
+                check(cost > 0, f"{path}.{where}.{name}", "must be > 0")
 
     @property
     def duration(self) -> float:
         return self.keyframes[-1].t
 
 
-def seed_retarget_config(spec: SeedSpec):
-    """The robot's retargeting config with the seed's own frame costs: the IK that solves the seed and grows it."""
+def seed_retarget_config(spec: SeedSpec, growth: bool = False):
+    """The robot's retargeting config with the seed's own frame costs: the IK that solves the seed; with
+    ``growth``, the IK that grows it (the growth's costs over the seed's)."""
     from dataclasses import replace
 
     from llp.motion.retarget import retarget_config
 
     cfg = retarget_config(spec.robot)
-    frames = {k: replace(f, position_cost=spec.frame_costs.get(k, f.position_cost)) for k, f in cfg.frames.items()}
+    costs = {**spec.frame_costs, **(spec.growth_frame_costs if growth else {})}
+    frames = {k: replace(f, position_cost=costs.get(k, f.position_cost)) for k, f in cfg.frames.items()}
     return replace(cfg, frames=frames)
 
 
