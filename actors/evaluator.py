@@ -36,12 +36,34 @@ class EvaluatorWorker:
         self.env = parkour_env(env_cfg, num_envs, seed=seed, threads=threads)  # isaaclab: behind an env server
         # no program: the stand-still baseline
         self.policy = load_program(program, spec) if program is not None else StandStill(self.env.num_actions)
+        layout = (spec or {}).get("proprio_layout")
+        env_layout = getattr(self.env, "proprio_layout", "locomotion")
+        if program is not None and layout not in (None, env_layout):  # a skill expert reads the tracking layout
+            self.policy = InLayout(self.policy, env_layout, layout)
 
     def run(self, settings: list[Setting], trials: list[Trial], rules: TrialRules) -> list[TrialRecord]:
         return run_trials(self.env, self.policy, settings, trials, rules)
 
     def pid(self) -> int:
         return os.getpid()
+
+
+class InLayout:
+    """A policy that reads proprioception in ``layout``, on an env that gives it in ``env_layout``
+    (``llp.sim.proprio``): a skill expert, trained in the tracking task, on the terrain's courses."""
+
+    def __init__(self, policy, env_layout: str, layout: str):
+        self.policy, self.env_layout, self.layout = policy, env_layout, layout
+        self.initial_memory, self.step = policy.initial_memory, policy.step
+
+    def observe(self, obs: dict):
+        from llp.sim.proprio import convert_proprio
+
+        mine = {group: dict(terms) for group, terms in obs.items()}
+        for terms in mine.values():
+            if "proprio" in terms:
+                terms["proprio"] = convert_proprio(terms["proprio"], self.env_layout, self.layout)
+        return self.policy.observe(mine)
 
 
 def evaluate_on_pool(

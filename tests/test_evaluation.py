@@ -255,3 +255,23 @@ def test_course_settings_are_labelled_and_placed_as_configured():
 
     with pytest.raises(ConfigError, match=r"protocol.courses.climb: \[2.4, 2.6\]: must start before the box"):
         load_pipeline("smoke", ["stages.evaluate_final.protocol.courses.climb=[2.4, 2.6]"])
+
+
+def test_a_policy_that_reads_the_tracking_layout_sees_its_own_proprioception_on_the_terrain():
+    """A skill expert trained in the tracking task ([gravity, angular velocity, ...]) evaluated on the terrain's
+    courses ([0.25 x angular velocity, gravity, ...]): the evaluator hands it its own layout."""
+    import torch
+
+    from actors.evaluator import InLayout
+
+    class Echo:
+        initial_memory = step = None
+
+        def observe(self, obs):
+            return obs["policy"]["proprio"]
+
+    w, g, rest = torch.tensor([[4.0, 8.0, 12.0]]), torch.tensor([[0.0, 0.1, -0.99]]), torch.tensor([[0.5, -0.5]])
+    terrain = {"policy": {"proprio": torch.cat([0.25 * w, g, rest], dim=1), "command": torch.zeros(1, 3)}}
+    seen = InLayout(Echo(), "locomotion", "tracking").observe(terrain)
+    assert torch.allclose(seen, torch.cat([g, w, rest], dim=1))
+    assert torch.allclose(terrain["policy"]["proprio"][:, :3], 0.25 * w)  # the env's own tensors are untouched
