@@ -155,10 +155,10 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
             clean = all(a.passed for a in candidate_checks)
             if k == 0 or (clean and not all(a.passed for a in rollout_checks)):  # the best, or the best clean one
                 rank, best, motion, rollout_checks = k, win, candidate, candidate_checks
-            if not clean or r == cfg.rounds:
-                if clean:
-                    break
+            if not clean:
                 continue
+            if r == cfg.rounds:  # no round follows: the best clean one
+                break
             nxt = _proposal(grower, rcfg, robot_cfg, parent, cfg.height_step, (candidate, obstacle))
             if all(a.passed for a in nxt[2]):
                 rank, best, motion, rollout_checks, raised = k, win, candidate, candidate_checks, nxt

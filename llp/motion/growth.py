@@ -7,9 +7,9 @@ A point of the motion rises with the obstacle by as much as it stands on it:
 - a hand that the motion plants on the top (an intended contact), by the whole step while it is there, easing
   in and out over HAND_RAMP_S;
 - the pelvis and the rest, by the mean share of what stands: the two feet, and each hand while it is planted;
-- a hand that passes close over the top (within CLEAR_NEAR_M of it, over the box or within CLEAR_EDGE_M of its
-  front), by the whole step, so that it keeps its clearance to the taller top; easing to its share by
-  CLEAR_FAR_M above the top and CLEAR_EDGE_M before the front.
+- any of those that passes close over the top (a hand reaching over the edge; within CLEAR_NEAR_M of it, over
+  the box or within CLEAR_EDGE_M of its front), by the whole step, so that it keeps its clearance to the taller
+  top; easing to its share by CLEAR_FAR_M above the top and CLEAR_EDGE_M before the front.
 
 The raised targets (pelvis, ankles, hands, with the parent's pelvis and foot rotations) are solved into a joint
 trajectory with the same IK as the seeds (``llp.motion.retarget``), then checked kinematically and against the

@@ -91,7 +91,7 @@ class Retargeter:
 
         from llp.sim.robot import load_robot_spec
 
-        self.cfg, self.robot_cfg, self.obstacle = cfg, robot_cfg, obstacle
+        self.cfg, self.robot_cfg = cfg, robot_cfg
         spec = load_robot_spec(robot_cfg)
         if obstacle is not None:
             from llp.motion.scene import add_obstacle
