@@ -7,7 +7,8 @@ run directory of a reference-augmentation run (`llp run ... --until-stage refere
         [--set stages.reference_augmentation.seed=climb_step_45 ...]
 
 Pass the run's own `--set` values. `--no-clear` raises without keeping the body off the taller box (the growth
-before the collision-avoiding IK).
+before the collision-avoiding IK). `--kept` replays nothing: it raises the round's kept rollout (the library's
+entry) with and without that clearance and says where the two proposals differ.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--round", type=int, default=1)
     parser.add_argument("--no-clear", action="store_true")
+    parser.add_argument("--kept", action="store_true")
     parser.add_argument("--profile", default="local")
     parser.add_argument("--set", action="append", default=[], dest="sets")
     args = parser.parse_args()
@@ -48,6 +50,8 @@ def main() -> None:
 
     pipeline = load_pipeline(args.profile, args.sets)
     cfg = stage_config(pipeline, "reference_augmentation")
+    if args.kept:
+        return kept_with_and_without_clearance(args.run_dir, cfg, args.round)
     task = tracking_task(cfg.task, cfg.robot, cfg.env)
     library = ReferenceLibrary(args.run_dir / "references" / "reference_augmentation")
     ref = library.get(f"{cfg.seed}.r{args.round}", with_motion=True)
@@ -83,6 +87,42 @@ def main() -> None:
         print(f"{k + 1:3d}  tracking error {100 * win['tracking_error_m']:.1f} cm  own checks: {why(own)}  |  "
               f"raised {cfg.height_step} m: {why(raised)}")  # fmt: skip
     print(f"{clean} of {len(wins)} pass their own checks; {grows} of those raise clear")
+
+
+def kept_with_and_without_clearance(run_dir: Path, cfg, round_: int) -> None:
+    """The next round's proposal from round ``round_``'s kept rollout, raised with and without keeping the body
+    off the taller box: each one's checks, and the frames and joints where they differ."""
+    import numpy as np
+
+    from llp.config.files import named
+    from llp.config.schema import build
+    from llp.motion.library import ReferenceLibrary
+    from llp.motion.retarget import Retargeter
+    from llp.motion.seeds import seed_retarget_config, seed_spec
+    from llp.sim.robot import RobotConfig
+    from stages.reference_augmentation import _proposal
+
+    ref = ReferenceLibrary(run_dir / "references" / "reference_augmentation").get(
+        f"{cfg.seed}.r{round_}", with_motion=True
+    )
+    spec = seed_spec(cfg.seed)
+    rcfg, robot = seed_retarget_config(spec), build(RobotConfig, named("robot", cfg.robot), "robot")
+    raised = {}
+    for clear in (True, False):
+        grower = Retargeter(seed_retarget_config(spec, growth=True), robot)
+        if not clear:
+            grower.clear_of = lambda obstacle, g=grower: g
+        qpos, _, checks = _proposal(
+            grower, rcfg, robot, ref, cfg.height_step, (ref.qpos[: len(ref.tracked)], ref.obstacle)
+        )
+        raised[clear] = qpos
+        verdict = "; ".join(a.reason for a in checks if not a.passed) or "passes"
+        print(f"{ref.id} raised {cfg.height_step} m {'with' if clear else 'without'} clearance: {verdict}")
+    diff = np.abs(raised[True] - raised[False])
+    frames = np.flatnonzero(diff.max(axis=1) > 0.005)
+    print(f"they differ by more than 0.005 in {len(frames)} of {len(diff)} frames"
+          + (f" ({frames[0] / ref.fps:.2f}-{frames[-1] / ref.fps:.2f} s), at most {diff.max():.3f} in qpos column "
+             f"{int(diff.max(axis=0).argmax())}" if len(frames) else ""))  # fmt: skip
 
 
 if __name__ == "__main__":
