@@ -1,7 +1,9 @@
 """Which of phase B's start conditions a skill's policies meet badly: the tracking expert and the skill policy
 at the end of phase A, on the same trials from the motion's first frame of the hardest reference, as phase A's env
 gives them and then with phase B's conditions added one at a time (the kept rollout as the reference, the
-default standing posture, the course's friction, its sideways start), and each condition alone. Usage (from the
+default standing posture, the course's friction, its sideways start), and each condition alone on phase A's
+env (there the tracker's numbers mean something: its actions correct its own reference's joint targets, so on
+the kept rollout, which holds its corrections already, they count twice). Usage (from the
 repository root), on the run directory of a run that trained the skill stage:
 
     python docs/experiments/skill_starts.py /tmp/RUN/runs/RUN_ID [--trials 32] [--round N] \
@@ -61,9 +63,12 @@ def main() -> None:
                          ("+ the course's sideways start", {"lateral_m": course["lateral_m"]})):  # fmt: skip
         task = replace(task, **change)
         rows[name] = lanes_env(task, [ref])
-    for name, change in (("only the course's friction", {"friction": course["friction"]}),
-                         ("only the course's sideways start", {"lateral_m": course["lateral_m"]})):  # fmt: skip
-        rows[name] = lanes_env(replace(phase_a.task, **change), [ref])
+    alone = {"the default standing posture": {"start_posture": "default"},
+             "the course's friction": {"friction": course["friction"]},
+             "the course's sideways start": {"lateral_m": course["lateral_m"]}}  # fmt: skip
+    for what, change in alone.items():
+        name = f"phase A's env, only {what}"
+        rows[name] = replace(phase_a, task=replace(phase_a.task, **change))  # on the proposal, in its first pose
 
     checkpoints = args.run_dir / "checkpoints"
     switch = checkpoints / args.stage / "phase-switch.pt"
