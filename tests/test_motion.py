@@ -250,3 +250,28 @@ def test_the_whole_body_climb_seed_plants_its_hands_on_a_45_cm_top_and_passes_it
     # the seed's own hand costs put the hands there: with the robot's, the posture task straightens the arms
     plain = {a.name: a for a in seed_reference(replace(spec, frame_costs={})).acceptance}
     assert not plain["scene"].passed and "hand" in plain["scene"].reason, plain["scene"].reason
+
+
+def test_the_speed_vault_seed_turns_and_leans_onto_its_planted_hand_and_clears_the_box():
+    from llp.motion.seeds import seed_retarget_config, seed_targets
+    from llp.sim.math3d import yaw_and_gravity
+
+    spec = seed_spec("speed_vault_40")
+    assert spec.skill == "speed_vault" and spec.obstacle.kind == "vault" and spec.obstacle.height == 0.40
+    _, rotations = seed_targets(spec)
+    over = int(0.84 * spec.fps)  # the keyframe with the legs over the box: turned 0.6 rad right, leaning left
+    R = rotations["pelvis"][over]
+    assert np.isclose(np.arctan2(R[1, 0], R[0, 0]), -0.6, atol=0.05)  # yaw of the body's forward axis
+    assert R[2, 1] < -0.3  # the body's left axis points down: the left side lowered towards the planted hand
+    ref = seed_reference(spec)
+    checks = {a.name: a for a in ref.acceptance}
+    assert checks["kinematic"].passed and checks["scene"].passed, [a.reason for a in checks.values()]
+    # the solved root follows the authored turn, and both ankles pass above the top while over the box
+    yaw, _ = yaw_and_gravity(ref.qpos[:, 3:7].astype(np.float64))
+    assert abs(yaw[over] + 0.6) < 0.1 and abs(yaw[-1]) < 0.05
+    solver = Retargeter(seed_retarget_config(spec), ROBOT)
+    ankles = solver.frame_positions(ref.qpos, ["left_foot", "right_foot"])
+    box = spec.obstacle
+    for side in ankles.values():
+        above = (side[:, 0] > box.front_x) & (side[:, 0] < box.front_x + box.depth)
+        assert above.any() and side[above, 2].min() > box.height

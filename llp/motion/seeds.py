@@ -32,6 +32,12 @@ class Keyframe:
     right_foot: list[float] = field(doc="x, y, z of the right ankle.")
     left_foot_pitch: float = field(default=0.0, doc="Toes down (heel raised) of the left sole, radians; 0 is flat.")
     right_foot_pitch: float = field(default=0.0, doc="Toes down (heel raised) of the right sole, radians.")
+    pelvis_yaw: float = field(default=0.0, doc="Turn of the pelvis about the vertical, radians; + to the left.")
+    pelvis_roll: float = field(
+        default=0.0, doc="Sideways lean of the pelvis about its own forward axis, radians; + lowers its right side."
+    )
+    left_foot_yaw: float = field(default=0.0, doc="Turn of the left sole about the vertical, radians.")
+    right_foot_yaw: float = field(default=0.0, doc="Turn of the right sole about the vertical, radians.")
     left_hand: list[float] = field(doc="x, y, z of the left hand's tip.")
     right_hand: list[float] = field(doc="x, y, z of the right hand's tip.")
 
@@ -133,16 +139,26 @@ def monotone_hermite(times: np.ndarray, values: np.ndarray, t: np.ndarray) -> np
 
 def seed_targets(spec: SeedSpec) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per-frame target positions [T, 3] by track, and pelvis and foot rotations [T, 3, 3] (a sole pitched toes
-    down stands on its toes: the heel up, the ankle higher by the toes' lever)."""
+    down stands on its toes: the heel up, the ankle higher by the toes' lever; yaw turns it about the vertical)."""
     times = np.array([k.t for k in spec.keyframes])
     t = np.arange(int(round(spec.duration * spec.fps)) + 1) / spec.fps
     positions = {n: monotone_hermite(times, np.array([getattr(k, n) for k in spec.keyframes]), t) for n in TRACKS}
-    zero = np.zeros(len(t))
     rotations = {}
     for track in ("pelvis", "left_foot", "right_foot"):
-        pitch = monotone_hermite(times, np.array([[getattr(k, f"{track}_pitch")] for k in spec.keyframes]), t)[:, 0]
-        rotations[track] = pitch_yaw_rotation(pitch, zero)
+        angles = np.array([[getattr(k, f"{track}_pitch"), getattr(k, f"{track}_yaw"), getattr(k, f"{track}_roll", 0.0)]
+                           for k in spec.keyframes])  # fmt: skip
+        pitch, yaw, roll = monotone_hermite(times, angles, t).T
+        # turned about the vertical, pitched about its own y, then leaned about its own x
+        rotations[track] = pitch_yaw_rotation(pitch, yaw) @ roll_rotation(roll)
     return positions, rotations
+
+
+def roll_rotation(roll: np.ndarray) -> np.ndarray:
+    """Rx(roll) [T, 3, 3]."""
+    c, s = np.cos(roll), np.sin(roll)
+    R = np.zeros((len(roll), 3, 3))
+    R[:, 0, 0], R[:, 1, 1], R[:, 1, 2], R[:, 2, 1], R[:, 2, 2] = 1.0, c, -s, s, c
+    return R
 
 
 def author(spec: SeedSpec, solver: Retargeter) -> tuple[np.ndarray, dict[str, np.ndarray]]:
