@@ -11,7 +11,8 @@ fine-tuning: PPO over every group under the same observations, from the distille
 fitted during distillation. The paper: 14,000 distillation + 1,000 fine-tuning iterations.
 
 Both the distilled and the fine-tuned student are registered, and both are evaluated with the evaluation
-protocol (terrain and the course from its approach) beside their teacher, on the same fresh trials.
+protocol (terrain and the course from its approach) beside their teacher, on the same fresh trials; without
+fine-tuning iterations the two are the same weights, judged once (as the distilled student).
 """
 
 from __future__ import annotations
@@ -251,7 +252,10 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
     finally:
         pool.close()
     ctx.log_learning_curve(history)
-    _evaluate(ctx, cfg, {"teacher": teacher.uri, "distilled": distilled_uri, "fine-tuned": final_uri})
+    judged = {"teacher": teacher.uri, "distilled": distilled_uri}
+    if cfg.finetune_iterations:  # without fine-tuning the policy is the distilled student: judged once
+        judged["fine-tuned"] = final_uri
+    _evaluate(ctx, cfg, judged)
     return {"policy": final_uri, "distilled": distilled_uri}
 
 
