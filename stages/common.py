@@ -30,6 +30,15 @@ def checked_env_config(task: str, robot: str, overrides: dict[str, Any], path: s
         raise ConfigError(f"{path}.{where}", str(err).split(": ", 1)[-1]) from None
 
 
+def check_course_tiles(env_cfg, path: str) -> None:
+    """A course's env has one tile type, one that puts an obstacle after the approach (a climb or a vault)."""
+    from llp.sim.terrain import COURSE_OBSTACLES
+
+    tiles = env_cfg.terrain.tile_types
+    check(len(tiles) == 1 and tiles[0] in COURSE_OBSTACLES, f"{path}.terrain.tile_types",
+          f"{tiles}: a course takes its approach into one obstacle, one of {sorted(COURSE_OBSTACLES)}")  # fmt: skip
+
+
 def transition_course() -> dict[str, Any]:
     """Overrides of the locomotion task that make the transition course (LLP stage 5): an approach, the skill's
     box (the library's: 0.6 m deep, 1.2 m wide) at the library's heights, the goal 0.4 m onto it, and a start

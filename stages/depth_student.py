@@ -25,7 +25,13 @@ from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, CriticConfig, PPOConfig
 from llp.skills.library import CourseOfSkill, course_at
 from llp.skills.protocol import EvaluateConfig, course_protocol
-from llp.stages.common import check_network_obs, checked_env_config, deployment_fields, transition_course
+from llp.stages.common import (
+    check_course_tiles,
+    check_network_obs,
+    checked_env_config,
+    deployment_fields,
+    transition_course,
+)
 
 DISTILLED_TAG = "llp.distilled_policy"  # on the stage's MLflow run: the distilled student, for a resumed stage
 
@@ -135,8 +141,7 @@ class DepthStudentConfig(CourseOfSkill, TrainingStageConfig):
         check_network_obs(self, self.task, produced, path)
         if self.course_env:
             course = checked_env_config(self.task, self.robot, self.group_overrides("course"), f"{path}.course_env")
-            check(course.terrain.tile_types == ["climb"], f"{path}.course_env.terrain.tile_types",
-                  "the course takes an approach into the climb: [climb]")  # fmt: skip
+            check_course_tiles(course, f"{path}.course_env")
             check(course.observations == env.observations, f"{path}.course_env.observations",
                   "every group gives the same terms (set them in env)")  # fmt: skip
         if self.actor.reconstruct:
@@ -161,12 +166,13 @@ class DepthStudentConfig(CourseOfSkill, TrainingStageConfig):
         courses = bool(self.course_env or self.evaluation.courses)  # the library gives their heights
         return {"policy": self.teacher, **(self.course_input() if courses else {})}
 
-    def at_heights(self, heights: list[float] | None) -> DepthStudentConfig:
-        """This config with its course group and its course evaluations at ``heights`` (None: as written)."""
+    def at_obstacle(self, obstacle) -> DepthStudentConfig:
+        """This config with its course group and its course evaluations at the library's ``obstacle`` (a
+        ``SkillObstacle``; None: as written)."""
         from dataclasses import replace
 
-        course = course_at(self.course_env, heights) if self.course_env else {}
-        evaluation = replace(self.evaluation, course_env=course_at(self.evaluation.course_env, heights))
+        course = course_at(self.course_env, obstacle) if self.course_env else {}
+        evaluation = replace(self.evaluation, course_env=course_at(self.evaluation.course_env, obstacle))
         return replace(self, course_env=course, evaluation=evaluation)
 
 
@@ -201,7 +207,7 @@ def run(ctx, cfg: DepthStudentConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.learn.spec import EnvGroup, TeacherSpec, TrainSpec
 
     teacher = ctx.frozen_policy(inputs["policy"])
-    cfg = cfg.at_heights(cfg.course_heights(ctx, inputs))
+    cfg = cfg.at_obstacle(cfg.course_obstacle(ctx, inputs))
     envs = {group: student_env(cfg, teacher.spec, group) for group in cfg.groups}
     env_cfg = envs["terrain"]
     camera = (

@@ -63,7 +63,7 @@ def run(ctx, cfg: FinalEvaluationConfig, inputs: dict[str, str]) -> dict[str, st
 
     protocol = cfg.protocol
     if protocol.courses:
-        protocol = replace(protocol, course_env=course_at(protocol.course_env, cfg.course_heights(ctx, inputs)))
+        protocol = replace(protocol, course_env=course_at(protocol.course_env, cfg.course_obstacle(ctx, inputs)))
     ctx.init_ray()
     judged = {role: inputs[role] for role in ROLES if role in inputs}
     reports = {}

@@ -24,7 +24,7 @@ from llp.config.stage import TrainingStageConfig
 from llp.learn.configs import ActorConfig, AMPConfig, CriticConfig, PPOConfig
 from llp.skills.groups import STUDENT_OBS, TakesSkills
 from llp.skills.protocol import EvaluateConfig, course_trials_env
-from llp.stages.common import checked_env_config, transition_course
+from llp.stages.common import check_course_tiles, checked_env_config, transition_course
 
 CRITIC_OBS = ["critic/proprio", "critic/command", "critic/height_scan", "group/onehot"]
 
@@ -130,11 +130,7 @@ class TransitionConfig(TakesSkills, TrainingStageConfig):
         check(len(self.amp.triggers) == 2, f"{path}.amp.triggers", "walk, skill, walk: two triggers")
         check(not any(r.startswith("group/") for r in self.actor.obs), f"{path}.actor.obs", "no group label")
         course = checked_env_config(self.task, self.robot, self.course_env, f"{path}.course_env")
-        check(
-            all(t in ("climb",) for t in course.terrain.tile_types),
-            f"{path}.course_env.terrain.tile_types",
-            "the course group's tiles take an approach into the climb: [climb]",
-        )
+        check_course_tiles(course, f"{path}.course_env")
         check(
             "amp_features" in course.observations.get("amp", []) and "progress" in course.observations.get("amp", []),
             f"{path}.course_env.observations.amp",
@@ -152,7 +148,7 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.actors.pool import TrainingPool
     from llp.learn.phases import Phase
     from llp.learn.spec import AMPSpec, EnvGroup, TeacherSpec, TrainSpec
-    from llp.motion.library import accepted_heights
+    from llp.motion.library import accepted_obstacle
     from llp.skills.groups import (
         locomotion_env,
         register_student,
@@ -168,8 +164,8 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     loco_env = locomotion_env(cfg, teacher.spec)
     libraries = {stage: ctx.load_dataset(inputs[stage]) for stage in {cfg.library_of(s) for s in cfg.skills}}
     first = next(iter(cfg.skills))  # the course's obstacle: the first skill's, at every height its library reached
-    heights = accepted_heights(libraries[cfg.library_of(first)], first)
-    course_overrides = course_at(cfg.course_env, heights)
+    obstacle = accepted_obstacle(libraries[cfg.library_of(first)], first)
+    course_overrides = course_at(cfg.course_env, obstacle)
     course_env = checked_env_config(cfg.task, cfg.robot, course_overrides, "course_env")
     groups = [EnvGroup("locomotion", loco_env, [TeacherSpec(teacher)], rl=False)]
     skill_refs, skill_groups = [], {}
@@ -184,7 +180,8 @@ def run(ctx, cfg: TransitionConfig, inputs: dict[str, str]) -> dict[str, str]:
     groups.append(EnvGroup("course", course_env, rl=True, amp=True))
     walk, climb = _priors(ctx, cfg, teacher, skill_refs)
     print(
-        f"[llp] {ctx.stage}: from {student.uri}; course group ({first} at {heights} m) learns by PPO + AMP "
+        f"[llp] {ctx.stage}: from {student.uri}; course group ({first}: {obstacle.kind} at {list(obstacle.heights)} m) "
+        "learns by PPO + AMP "
         f"(walking prior: {len(walk)} "
         f"transitions of {teacher.uri}; skill prior: {len(climb)} of {[r.id for r in skill_refs]}); "
         f"{[g.name for g in groups if not g.rl]} by DAgger",

@@ -240,11 +240,13 @@ def test_course_settings_are_labelled_and_placed_as_configured():
     from dataclasses import replace
 
     from llp.config.schema import ConfigError, build
+    from llp.motion.library import SkillObstacle
     from llp.skills.library import course_at
     from llp.stages.evaluate_final import FinalEvaluationConfig
 
     cfg = build(FinalEvaluationConfig, {}, "stages.evaluate_final")
-    protocol = replace(cfg.protocol, course_env=course_at(cfg.protocol.course_env, [0.275, 0.30, 0.325]))
+    climb = SkillObstacle("climb", (0.275, 0.30, 0.325), 0.6)
+    protocol = replace(cfg.protocol, course_env=course_at(cfg.protocol.course_env, climb))
     course = protocol.course_config("course")
     assert course.terrain.climb_heights == [0.275, 0.30, 0.325] and course.randomization.goal_starts == [(0.0, 0.0)]
     settings = settings_for(course.terrain, 4, 7, [])

@@ -152,6 +152,13 @@ def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_p
         skill_env(cfg, replace(ref, tracked=None))
     with pytest.raises(ValueError, match="no accepted physics-tracked 'speed_vault' entry"):
         hardest_reference(tmp_path / "lib", "speed_vault")
+    from llp.motion.library import LibraryError, SkillObstacle, accepted_obstacle
+
+    assert accepted_obstacle(tmp_path / "lib", "climb_step") == SkillObstacle("climb", (0.275, 0.30), 0.6)
+    library.add(replace(seed, id="climb_step_25.r3", round=3, parent="climb_step_25.r2", qpos=rollout, tracked=proposal,
+                        obstacle=replace(seed.obstacle, height=0.325, depth=0.8)))  # fmt: skip
+    with pytest.raises(LibraryError, match=r"differ in obstacle \(kind, depth\): \[\('climb', 0.6\), \('climb', 0.8"):
+        accepted_obstacle(tmp_path / "lib", "climb_step")
 
 
 def test_a_skill_with_a_teacher_takes_its_policy_as_an_input():

@@ -73,16 +73,45 @@ def test_the_merge_builds_a_group_per_declared_skill_from_its_own_library(conf_w
         assert (typed.skill, typed.library) == ("climb_step", "reference_augmentation")
 
 
-def test_the_depth_students_course_group_and_course_trials_take_the_librarys_heights():
+def test_the_depth_students_course_group_and_course_trials_take_the_librarys_obstacle():
+    from llp.motion.library import SkillObstacle
     from llp.stages.registry import load_pipeline, stage_config
 
     cfg = stage_config(load_pipeline("local"), "depth_student")
     assert cfg.inputs()["library"] == "reference_augmentation.library"
-    grown = cfg.at_heights([0.45, 0.50, 0.55])
+    grown = cfg.at_obstacle(SkillObstacle("climb", (0.45, 0.50, 0.55), 0.6))
     for overrides in (grown.group_overrides("course"), grown.evaluation.course_env):
         assert overrides["terrain"]["climb_heights"] == [0.45, 0.50, 0.55] and overrides["terrain"]["num_levels"] == 3
     assert grown.group_overrides("terrain") == cfg.group_overrides("terrain")  # the terrain group is not a course
-    assert cfg.at_heights(None) == cfg
+    assert cfg.at_obstacle(None) == cfg
+
+
+def test_a_vault_skills_course_is_the_vault_its_library_holds():
+    """A course follows the library's obstacle kind and depth: a vault library makes a vault course, which every
+    course-taking config accepts, with the goal past the box."""
+    from dataclasses import replace
+
+    from llp.motion.library import SkillObstacle
+    from llp.sim.terrain import generate_terrain
+    from llp.skills.library import course_at
+    from llp.stages.common import checked_env_config
+    from llp.stages.registry import load_pipeline, stage_config
+
+    vault = SkillObstacle("vault", (0.40,), 0.30)
+    depth = stage_config(load_pipeline("local"), "depth_student").at_obstacle(vault)
+    depth.validate("stages.depth_student")
+    env = checked_env_config(depth.task, depth.robot, depth.group_overrides("course"), "course")
+    assert env.terrain.tile_types == ["vault"] and env.terrain.vault_heights == [0.40]
+    assert env.terrain.vault_depth == 0.30 and env.terrain.num_levels == 2
+    terrain = generate_terrain(env.terrain, seed=0)
+    tile = terrain.tiles[0]
+    box = tile.obstacles[0]
+    assert box.kind == "box" and abs(box.height - 0.40) < 1e-9 and abs(box.depth - 0.30) < 1e-9
+    assert tile.goal[0] > box.center[0] + box.depth / 2  # past the box, not on it
+    final = stage_config(load_pipeline("local"), "evaluate_final")
+    protocol = replace(final.protocol, course_env=course_at(final.protocol.course_env, vault))
+    protocol.validate("stages.evaluate_final.protocol")
+    assert protocol.course_config("course").terrain.tile_types == ["vault"]
 
 
 @pytest.mark.parametrize(
@@ -110,3 +139,12 @@ def test_a_wrong_skill_declaration_is_refused_by_name(tmp_path, monkeypatch, ext
     with pytest.raises(ConfigError) as err:
         load_pipeline("bad")
     assert str(err.value).startswith(where) and message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("stage", ["transition", "depth_student"])
+def test_a_course_without_one_obstacle_is_refused_at_load(stage):
+    from llp.config.schema import ConfigError
+    from llp.stages.registry import load_pipeline
+
+    with pytest.raises(ConfigError, match=r"course_env.terrain.tile_types: \['flat', 'climb'\]: a course takes its "):
+        load_pipeline("smoke", [f"stages.{stage}.course_env.terrain.tile_types=[flat, climb]"])

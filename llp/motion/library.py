@@ -148,14 +148,27 @@ def open_library(folder: str | Path) -> ReferenceLibrary:
     return ReferenceLibrary(index.parent)
 
 
-def accepted_heights(folder: str | Path, skill: str) -> list[float]:
-    """The obstacle heights (metres, lowest first) of ``skill``'s accepted physics-tracked entries: what the
-    library reached."""
+@dataclass(frozen=True)
+class SkillObstacle:
+    """What a skill's course puts after its approach: the obstacle of the skill's accepted library entries."""
+
+    kind: str  # a terrain tile type of llp.sim.terrain.COURSE_OBSTACLES: climb or vault
+    heights: tuple[float, ...]  # metres, lowest first: every height the library reached
+    depth: float  # along the approach, metres
+
+
+def accepted_obstacle(folder: str | Path, skill: str) -> SkillObstacle:
+    """The obstacle of ``skill``'s accepted physics-tracked entries: one kind and depth, every height."""
     library = open_library(folder)
-    heights = {round(e.obstacle.height, 4) for e in library.entries if e.skill == skill and e.accepted and e.round > 0}
-    if not heights:
+    entries = [e for e in library.entries if e.skill == skill and e.accepted and e.round > 0]
+    if not entries:
         raise LibraryError(f"{library.root}: no accepted physics-tracked {skill!r} entry")
-    return sorted(heights)
+    shapes = {(e.obstacle.kind, round(e.obstacle.depth, 4)) for e in entries}
+    if len(shapes) > 1:
+        raise LibraryError(f"{library.root}: {skill!r}'s accepted entries differ in obstacle (kind, depth): "
+                           f"{sorted(shapes)}; a course takes one")  # fmt: skip
+    (kind, depth), heights = shapes.pop(), sorted({round(e.obstacle.height, 4) for e in entries})
+    return SkillObstacle(kind, tuple(heights), depth)
 
 
 def _read_index(index: Path) -> list[Reference]:

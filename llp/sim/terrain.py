@@ -35,6 +35,14 @@ TILE_TYPES = (
 )
 # Tile types whose robots are given a goal straight ahead rather than a random velocity command.
 GOAL_TYPES = frozenset(TILE_TYPES[4:])
+# Tile types a skill's course can be: the approach, one obstacle, the goal on or past it. Each with the terrain
+# fields that set the obstacle's heights and its depth along the approach (a library obstacle's kind names one).
+COURSE_OBSTACLES = {
+    "climb": ("climb_heights", "platform_depth"),
+    "vault": ("vault_heights", "vault_depth"),
+    "trapezoid_vault": ("vault_heights", "vault_depth"),
+    "saddle_vault": ("vault_heights", "vault_depth"),
+}
 
 
 @dataclass(kw_only=True)

@@ -12,38 +12,44 @@ DEFAULT_LIBRARY = "reference_augmentation"  # the stage that grows the climb's r
 
 @dataclass(kw_only=True)
 class CourseOfSkill:
-    """A stage whose course takes a skill's obstacle at every height its library reached (not the heights written
-    in the course's terrain), so that the course follows the library when the library grows."""
+    """A stage whose course takes a skill's obstacle as its library holds it (its kind and depth, at every height
+    the library reached), not as written in the course's terrain, so that the course follows the library when the
+    library grows, and a vault's course has the vault."""
 
     library: str = field(
         default=DEFAULT_LIBRARY,
-        doc="Stage whose 'library' gives the course's climb heights: every accepted height of `skill` ('': the "
-        "heights written in the course's terrain).",
+        doc="Stage whose 'library' gives the course's obstacle: `skill`'s, at every accepted height ('': the "
+        "obstacle written in the course's terrain).",
     )
-    skill: str = field(default="climb_step", doc="The skill whose accepted heights the course takes.")
+    skill: str = field(default="climb_step", doc="The skill whose obstacle the course takes.")
 
     def course_input(self) -> dict[str, str]:
         return {"library": f"{self.library}.library"} if self.library else {}
 
-    def course_heights(self, ctx, inputs: dict[str, str]) -> list[float] | None:
-        """The library's accepted heights of the skill (None without a library input), said on the console."""
+    def course_obstacle(self, ctx, inputs: dict[str, str]):
+        """The library's obstacle of the skill (None without a library input), said on the console."""
         if "library" not in inputs:
             return None
-        from llp.motion.library import accepted_heights
+        from llp.motion.library import accepted_obstacle
 
-        heights = accepted_heights(ctx.load_dataset(inputs["library"]), self.skill)
-        print(f"[llp] {ctx.stage}: the course at the library's {self.skill} heights {heights} m", flush=True)
-        return heights
+        obstacle = accepted_obstacle(ctx.load_dataset(inputs["library"]), self.skill)
+        print(f"[llp] {ctx.stage}: the course at the library's {self.skill} obstacle ({obstacle.kind}, "
+              f"{obstacle.depth} m deep) at {list(obstacle.heights)} m", flush=True)  # fmt: skip
+        return obstacle
 
 
-def course_at(overrides: dict[str, Any], heights: list[float] | None) -> dict[str, Any]:
-    """Course overrides with the climb tiles at ``heights``, a level each (at least two: the start curriculum's);
-    unchanged for None."""
+def course_at(overrides: dict[str, Any], obstacle) -> dict[str, Any]:
+    """Course overrides whose tiles are ``obstacle`` (a ``SkillObstacle``): its kind and depth, a level per height
+    (at least two: the start curriculum's); unchanged for None."""
     from llp.config.schema import merge
+    from llp.sim.terrain import COURSE_OBSTACLES
 
-    if heights is None:
+    if obstacle is None:
         return overrides
-    return merge(overrides, {"terrain": {"climb_heights": list(heights), "num_levels": max(2, len(heights))}})
+    heights_field, depth_field = COURSE_OBSTACLES[obstacle.kind]
+    terrain = {"tile_types": [obstacle.kind], heights_field: list(obstacle.heights), depth_field: obstacle.depth,
+               "num_levels": max(2, len(obstacle.heights))}  # fmt: skip
+    return merge(overrides, {"terrain": terrain})
 
 
 # The locomotion task's friction and the course's sideways spawn, which the skill meets on the transition course:

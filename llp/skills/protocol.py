@@ -8,7 +8,7 @@ from typing import Any
 
 from llp.config.schema import check, field
 from llp.config.stage import TaskStageConfig
-from llp.stages.common import checked_env_config
+from llp.stages.common import check_course_tiles, checked_env_config
 
 
 def _traverse() -> list[str]:
@@ -71,8 +71,7 @@ class EvaluateConfig(TaskStageConfig):
             where = f"{path}.courses.{label}"
             check(len(start) == 2 and 0 <= start[0] <= start[1], where, f"{start}: need [lo, hi] with 0 <= lo <= hi")
             course = self.course_config(label, path)
-            check(course.terrain.tile_types == ["climb"], f"{path}.course_env.terrain.tile_types",
-                  "a course takes an approach into the climb: [climb]")  # fmt: skip
+            check_course_tiles(course, f"{path}.course_env")
             far = course.terrain.approach_length
             check(start[1] < far, where, f"{start}: must start before the box ({far} m from the spawn)")
 
