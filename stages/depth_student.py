@@ -163,7 +163,7 @@ class DepthStudentConfig(CourseOfSkill, TrainingStageConfig):
         return ["terrain", "course"] if self.course_env else ["terrain"]
 
     def inputs(self) -> dict[str, str]:
-        courses = bool(self.course_env or self.evaluation.courses)  # the library gives their heights
+        courses = bool(self.course_env or self.evaluation.courses)  # the library gives their obstacle
         return {"policy": self.teacher, **(self.course_input() if courses else {})}
 
     def at_obstacle(self, obstacle) -> DepthStudentConfig:

@@ -89,8 +89,8 @@ class TransitionConfig(TakesSkills, TrainingStageConfig):
     env: dict[str, Any] = field(default_factory=dict, doc="Overrides of the task for the terrain group.")
     course_env: dict[str, Any] = field(
         default_factory=transition_course,
-        doc="Overrides of the task for the course group: its tiles, terms, rewards. Its climb heights are those its "
-        "first skill's library reached.",
+        doc="Overrides of the task for the course group: its tiles, terms, rewards. Its obstacle (kind, depth, "
+        "heights) is its first skill's, as that skill's library holds it.",
     )
     skill_env: dict[str, Any] = field(default_factory=_skill_env, doc="Overrides of the skill task (as the merge's).")
     iterations: int = field(default=500, doc="PPO (course) + DAgger (the others) iterations, the warm-up's included.")
