@@ -27,14 +27,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: its stages and flows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a script that reads a skill run's directory: the run, trials, stage, profile, --set."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--trials", type=int, default=32)
-    parser.add_argument("--round", type=int, default=None)
     parser.add_argument("--stage", default="skill_climb_step")
     parser.add_argument("--profile", default="local")
     parser.add_argument("--set", action="append", default=[], dest="sets")
+    return parser
+
+
+def main() -> None:
+    parser = run_parser(__doc__)
+    parser.add_argument("--round", type=int, default=None)
     args = parser.parse_args()
 
     from llp.config.pipeline import load_pipeline

@@ -12,7 +12,6 @@ Pass the run's own `--set` values.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,15 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--trials", type=int, default=32)
-    parser.add_argument("--stage", default="skill_climb_step")
-    parser.add_argument("--profile", default="local")
-    parser.add_argument("--set", action="append", default=[], dest="sets")
-    args = parser.parse_args()
+    from skill_starts import run_parser, tracking_offset
 
-    from skill_starts import tracking_offset
+    args = run_parser(__doc__).parse_args()
 
     from llp.config.pipeline import load_pipeline
     from llp.learn.models import Actor
