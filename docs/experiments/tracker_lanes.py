@@ -46,9 +46,8 @@ def main() -> None:
     for ref in refs:
         env_cfg = skill_env(cfg, ref)
         env_cfg = replace(env_cfg, task=replace(env_cfg.task, action_offset=offset, start_posture="reference"))
-        shares = []
+        env, shares = TrackingEnv(env_cfg, 1), []  # for the observation widths
         for r in (ref.round, last):
-            env = TrackingEnv(env_cfg, 1)
             actor = Actor(aug.actor, env.obs_dims(), env.num_actions)
             actor.load_state_dict(torch.load(rounds / f"round{r}.pt", weights_only=False)["actor"])
             trials = run_trials(env_cfg, actor.eval(), args.trials, seed=7)
