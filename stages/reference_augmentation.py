@@ -9,7 +9,8 @@ fresh rollouts from the first frame. The best successful rollout becomes round k
 success rate is below ``min_success`` is recorded with its numbers and ends the growth, with the reason.
 
 Outputs: the reference library (a dataset: ``index.json`` with every entry's provenance, one ``.npz`` per
-entry) and the tracker of the last accepted round, which the skill stages use as their DAgger teacher.
+entry) and the tracker of the last accepted round, which the skill stages use as their DAgger teacher; every
+accepted round's tracker is registered too, its URI in its library entry (``Reference.tracker``).
 A stage that accepts no round fails (its rounds and pictures stay in its MLflow run, nothing is
 registered), so that Prefect retries it rather than the skill stage finding no teacher. A retried stage
 starts again from round 1 with other seeds (a round takes minutes; nothing half-written is kept).
@@ -113,7 +114,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     if ctx.attempt > 1:
         print(f"[llp] {ctx.stage}: attempt {ctx.attempt} trains and tries with seeds from {seed}", flush=True)
     ctx.init_ray()
-    tracker, tracker_state, rounds, it0, stop, curve = None, None, [], 0, "", []
+    trackers, tracker_state, rounds, it0, stop, curve = {}, None, [], 0, "", []  # trackers: entry id -> actor
     raised = None  # the next round's proposal, made when the round before chose its rollout
     for r in range(1, cfg.rounds + 1):
         step = 0.0 if cfg.track_seed and r == 1 else cfg.height_step
@@ -198,19 +199,24 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
             failed = [a for a in checks if a.passed is False]
             stop = f"round {r} fails its acceptance: " + "; ".join(f"{a.name}: {a.reason}" for a in failed)
             break
-        tracker, parent = actor, entry
+        trackers[entry.id], parent = actor, entry
     if stop:
         print(f"[llp] {ctx.stage}: growth stops: {stop}", flush=True)
     ctx.extra["growth"] = {"rounds": rounds, "stopped": stop}
     ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
     ctx.log_learning_curve(curve)  # every round's iterations, one after the other
     _pictures(ctx, library, robot_cfg, root)
-    if tracker is None:  # the seed alone has no tracker: the skill stages would have no expert to learn from
+    if not trackers:  # the seed alone has no tracker: the skill stages would have no expert to learn from
         raise RuntimeError(
             f"reference augmentation accepted no round ({stop}), so there is no tracker for the skill stages; "
             "nothing was registered (a retry starts again from round 1, with other seeds)"
         )
-    return {"library": ctx.register_dataset("library", root), "tracker": _register_tracker(ctx, tracker, task)}
+    # every accepted round's tracker, in round order (the last, the hardest's, is the stage's 'tracker'), each
+    # recorded with its entry before the library is registered: a skill stage can route each to its own height
+    for ref_id, actor in trackers.items():
+        uri = _register_tracker(ctx, actor, task)
+        library.set_tracker(ref_id, uri)
+    return {"library": ctx.register_dataset("library", root), "tracker": uri}
 
 
 def _proposal(grower, rcfg, robot_cfg, parent, step: float, rollout=None):

@@ -42,6 +42,8 @@ from llp.stages.common import (
     tracking_deployment_fields,
 )
 
+PHASE_A = ("hardest", "every")  # what phase A learns (SkillExpertConfig.phase_a)
+
 
 def _env() -> dict[str, Any]:
     return {
@@ -100,6 +102,13 @@ class SkillExpertConfig(TrainingStageConfig):
         "the goal reward (validated).",
     )
     iterations: int = field(default=1000, doc="Phase A: DAgger + PPO iterations.")
+    phase_a: str = field(
+        default="hardest",
+        doc="What phase A learns: 'hardest', the hardest accepted reference from the library stage's tracker; "
+        "'every', every accepted physics-tracked reference, one lane each, labelled by its own round's tracker "
+        "(the library entry's; the last round's tracker carried the 45 and 50 cm proposals in 0% of 32 "
+        "trials, docs/experiments/2026-12-07-climb-45-60.md).",
+    )
     trials: int = field(default=64, doc="Evaluation trials from the first frame, per policy (the same trials).")
     walk_in_m: float = field(
         default=0.35,
@@ -129,6 +138,7 @@ class SkillExpertConfig(TrainingStageConfig):
         from llp.config.schema import merge
 
         self.check_training(path, "iterations", "trials")
+        check(self.phase_a in PHASE_A, f"{path}.phase_a", f"{self.phase_a!r}: one of {', '.join(PHASE_A)}")
         gen = self.generalization
         check(gen.iterations >= 0, f"{path}.generalization.iterations", "must be >= 0")
         check(self.walk_in_m >= 0, f"{path}.walk_in_m", "must be >= 0")
@@ -154,26 +164,44 @@ class SkillExpertConfig(TrainingStageConfig):
             )
 
 
-def skill_env(cfg: SkillExpertConfig, ref, tracker_spec: dict | None = None):
-    """The training env around ``ref``: the motion its tracker was trained on (the round's raised proposal; the
-    tracker does not follow its own rollout kept as the entry's motion); with ``tracker_spec``, checks that it
-    gives every term the expert reads."""
-    from llp.motion.tracking import TrackingEnvConfig, tracking_task
+def skill_env(cfg: SkillExpertConfig, refs: list, tracker_specs: list[dict] = ()):
+    """Phase A's training env: one lane per reference in ``refs`` (one, or every height), each the motion its
+    tracker was trained on (the round's raised proposal; a tracker does not follow its own rollout kept as the
+    entry's motion); checks that it gives every term each tracker (``tracker_specs``) reads."""
+    from llp.motion.tracking import Lane, TrackingEnvConfig, tracking_task
 
-    if ref.tracked is None:
+    untracked = [ref.id for ref in refs if ref.tracked is None]
+    if untracked:
         raise ValueError(
-            f"reference {ref.id} does not record the motion its tracker was trained on (a library "
+            f"references {untracked} do not record the motion their tracker was trained on (a library "
             "grown before that was recorded: grow it again with the reference_augmentation stage)"
         )
     task = tracking_task(cfg.task, cfg.robot, cfg.env)
-    env_cfg = TrackingEnvConfig(task=task, qpos=ref.tracked, fps=ref.fps, obstacle=ref.obstacle,
-                                contacts=ref.contacts, reference_id=ref.id)  # fmt: skip
-    for obs_ref in (tracker_spec or {}).get("obs", []):
-        group, _, term = obs_ref.partition("/")
-        if term not in task.observations.get(group, []):
-            raise ValueError(f"the tracking expert reads {obs_ref!r}, which this stage's env does not give "
-                             f"({task.observations})")  # fmt: skip
+    first, *more = refs
+    env_cfg = TrackingEnvConfig(task=task, qpos=first.tracked, fps=first.fps, obstacle=first.obstacle,
+                                contacts=first.contacts, reference_id=first.id,
+                                lanes=[Lane(r.tracked, r.obstacle, r.contacts, r.id) for r in more])  # fmt: skip
+    for spec in tracker_specs:
+        for obs_ref in spec.get("obs", []):
+            group, _, term = obs_ref.partition("/")
+            if term not in task.observations.get(group, []):
+                raise ValueError(f"the tracking expert reads {obs_ref!r}, which this stage's env does not give "
+                                 f"({task.observations})")  # fmt: skip
     return env_cfg
+
+
+def phase_a_teachers(ctx, cfg: SkillExpertConfig, refs: list, tracker_uri: str) -> tuple[list, list]:
+    """(references, frozen trackers) phase A learns: the hardest reference and the stage's tracker, or every
+    reference, each with its own round's tracker (``Reference.tracker``)."""
+    if cfg.phase_a == "hardest":
+        return refs[-1:], [ctx.frozen_policy(tracker_uri)]
+    missing = [ref.id for ref in refs if not ref.tracker]
+    if missing:
+        raise ValueError(
+            f"phase_a 'every' routes each reference's own tracker, and the library records none for {missing} "
+            "(grown before trackers were registered per round: grow it again, or set phase_a: hardest)"
+        )
+    return refs, [ctx.frozen_policy(ref.tracker) for ref in refs]
 
 
 def generalization_env(cfg: SkillExpertConfig, refs: list, walking_states=None):
@@ -195,18 +223,20 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.learn.spec import TeacherSpec, TrainSpec
 
     refs = skill_references(ctx.load_dataset(inputs["library"]), cfg.skill)
-    ref = refs[-1]
-    tracker = ctx.frozen_policy(inputs["tracker"])
-    env_cfg = skill_env(cfg, ref, tracker.spec)
+    taught, trackers = phase_a_teachers(ctx, cfg, refs, inputs["tracker"])
+    tracker = trackers[-1]  # the hardest reference's: evaluated as "tracking expert" on it
+    env_cfg = skill_env(cfg, taught, [t.spec for t in trackers])
     walk = walking_states(ctx, inputs.get("teacher"), cfg.walking, cfg.robot, "walking")
     gen_cfg = generalization_env(cfg, refs, walk)
     a_iters, total = cfg.iterations, cfg.iterations + cfg.generalization.iterations
-    print(f"[llp] {ctx.stage}: phase A learns {ref.id} ({100 * ref.obstacle.height:.1f} cm {ref.obstacle.kind}) "
-          f"from {tracker.uri}; phase B: {cfg.generalization.iterations} iterations over "
+    learns = ", ".join(f"{r.id} ({100 * r.obstacle.height:.1f} cm {r.obstacle.kind}) from {t.uri}"
+                       for r, t in zip(taught, trackers, strict=True))  # fmt: skip
+    print(f"[llp] {ctx.stage}: phase A learns {learns}; phase B: {cfg.generalization.iterations} iterations over "
           f"{[r.id for r in refs]}", flush=True)  # fmt: skip
     ctx.init_ray()
+    teachers = [TeacherSpec(t, lanes=[r.id]) for r, t in zip(taught, trackers, strict=True)]
     spec = TrainSpec(env=env_cfg, envs_per_actor=cfg.envs_per_actor, seed=ctx.seed, actor=cfg.actor,
-                     critic=cfg.critic, ppo=cfg.ppo, teachers=[TeacherSpec(tracker)])  # fmt: skip
+                     critic=cfg.critic, ppo=cfg.ppo, teachers=teachers)  # fmt: skip
     held = {"pool": TrainingPool(ctx.resources, spec)}  # the pool in use (phase B switches it), closed at the end
     phase_a = None  # phase A's actor, evaluated after the stage (None when resumed past it)
 
@@ -229,13 +259,14 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
         held["pool"].close()
     ctx.log_learning_curve(history)
     uri = _register(ctx, actor, dims, env_cfg)
+    favorable = skill_env(cfg, refs[-1:])  # the hardest reference in its first pose, whatever phase A learnt
     offset = tracker.spec.get("action_offset", "default")  # the expert runs in its own action terms
-    expert = (tracker.uri, replace(env_cfg, task=replace(env_cfg.task, action_offset=offset)))
-    still = (None, env_cfg)
-    policies = {"tracking expert": expert, "skill policy": (uri, env_cfg), "default pose": still}
+    expert = (tracker.uri, replace(favorable, task=replace(favorable.task, action_offset=offset)))
+    still = (None, favorable)
+    policies = {"tracking expert": expert, "skill policy": (uri, favorable), "default pose": still}
     if cfg.generalization.iterations:
         if phase_a is not None:
-            policies["after phase A"] = (phase_a, env_cfg)
+            policies["after phase A"] = (phase_a, favorable)
         else:  # resumed after the switch: phase A's networks are in no checkpoint of this run any more
             print(f"[llp] {ctx.stage}: resumed in phase B; phase A's policy is not evaluated", flush=True)
     _evaluate(ctx, cfg, policies, "favorable start")

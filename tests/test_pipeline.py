@@ -263,6 +263,15 @@ def test_the_skill_expert_learns_from_the_exact_tracker_and_library_of_its_run(s
                                               "teacher": teacher}  # fmt: skip
     chain = [e["uri"] for e in tracking.lineage_chain(skill)]
     assert chain[0] == skill and sorted(chain[1:]) == sorted([upstream["library"], upstream["tracker"], teacher])
+    # every accepted round's tracker is registered with its library entry, the last one the stage's 'tracker';
+    # the smoke profile's phase A routes each to its own round's lane (phase_a: every)
+    from llp.skills.library import skill_references
+
+    refs = skill_references(tracking.download_dataset(upstream["library"], smoke_run["root"] / "lib"), "climb_step")
+    trackers = [r.tracker for r in refs]
+    assert len(refs) == 2 and trackers[-1] == upstream["tracker"] and len(set(trackers)) == 2
+    library_key = tracking.version_tags(upstream["library"])["llp.cache_key"]
+    assert all(tracking.version_tags(t)["llp.cache_key"] == library_key for t in trackers)  # the same stage run
     spec = mlflow.models.get_model_info(skill).metadata["llp_policy_spec"]
     assert spec["obs"] == ["policy/proprio", "policy/height_scan", "policy/command"] and spec["num_frames"] == 5
     assert spec["action_offset"] == "default" and spec["num_actions"] == 21 == len(spec["action_joints"])

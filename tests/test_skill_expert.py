@@ -93,6 +93,7 @@ def test_the_goal_reward_peaks_on_top_of_the_box(seed):
         ),
         ({"generalization": {"env": {"lead_in_m": -0.1}}}, "generalization.env.lead_in_m", "must be >= 0"),
         ({"walk_in_m": -0.1}, "walk_in_m", "must be >= 0"),
+        ({"phase_a": "all"}, "phase_a", "one of hardest, every"),
         ({"generalization": {"ppo": {"dagger_coef": 1.0}}}, "generalization.ppo.dagger_coef", "no expert labels"),
         ({"generalization": {"ppo": {"num_steps": 12}}}, "generalization.ppo.num_steps", "rollout length 8"),
         (
@@ -138,7 +139,7 @@ def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_p
     ref = hardest_reference(tmp_path / "lib", "climb_step")  # read back from disk
     assert ref.id == "climb_step_25.r2" and np.array_equal(ref.qpos, rollout) and np.array_equal(ref.tracked, proposal)
     cfg = stage_config(load_pipeline("smoke"), "skill_climb_step")
-    assert np.array_equal(skill_env(cfg, ref).qpos, proposal)
+    assert np.array_equal(skill_env(cfg, [ref]).qpos, proposal)
     refs = skill_references(tmp_path / "lib", "climb_step")  # phase B: every physics-tracked round, lowest first
     from llp.motion.walking_states import to_states
 
@@ -148,8 +149,8 @@ def test_the_skill_env_replays_the_motion_the_tracker_was_trained_on(seed, tmp_p
     assert [lane.obstacle.height for lane in gen.references()] == [0.275, 0.30]
     assert all(np.array_equal(lane.qpos, rollout) for lane in gen.references())  # the rollouts, not the proposals
     assert gen.task.start_posture == "default" and gen.task.start_window_s == 0.2 and gen.task.start_at_zero == 0
-    with pytest.raises(ValueError, match="does not record the motion its tracker was trained on"):
-        skill_env(cfg, replace(ref, tracked=None))
+    with pytest.raises(ValueError, match=r"\[.climb_step_25.r2.\] do not record the motion their tracker"):
+        skill_env(cfg, [replace(ref, tracked=None)])
     with pytest.raises(ValueError, match="no accepted physics-tracked 'speed_vault' entry"):
         hardest_reference(tmp_path / "lib", "speed_vault")
     from llp.motion.library import LibraryError, SkillObstacle, accepted_obstacle
@@ -168,3 +169,56 @@ def test_a_skill_with_a_teacher_takes_its_policy_as_an_input():
     spec = STAGES["skill_expert"]
     assert "teacher" not in spec.inputs(SkillExpertConfig(teacher=""))
     assert spec.inputs(SkillExpertConfig(teacher="locomotion_teacher"))["teacher"] == "locomotion_teacher.policy"
+
+
+def test_phase_a_over_every_height_routes_each_lane_to_its_own_round_s_tracker(seed, tmp_path):
+    """With ``phase_a: every``, phase A tracks every accepted round's proposal, one lane each, and each lane's
+    envs are labelled by that round's tracker, recorded in its library entry; a library without per-round trackers
+    is refused by name, and a teacher routed to a lane the env does not have is refused."""
+    from dataclasses import replace
+
+    from llp.config.pipeline import load_pipeline
+    from llp.learn.configs import PPOConfig
+    from llp.learn.learner import teacher_groups
+    from llp.learn.spec import FrozenPolicy, TeacherSpec, TrainSpec
+    from llp.motion.library import ReferenceLibrary
+    from llp.skills.library import skill_references
+    from llp.stages.registry import stage_config
+    from llp.stages.skill_expert import phase_a_teachers, skill_env
+
+    library = ReferenceLibrary(tmp_path / "lib")
+    library.add(seed)
+    for r, height in ((1, 0.275), (2, 0.30)):
+        library.add(replace(seed, id=f"climb_step_25.r{r}", round=r, parent=f"climb_step_25.r{r - 1}",
+                            qpos=seed.qpos + 0.01 * r, tracked=seed.qpos + 0.02 * r,
+                            obstacle=replace(seed.obstacle, height=height)))  # fmt: skip
+    refs = skill_references(tmp_path / "lib", "climb_step")
+    cfg = replace(stage_config(load_pipeline("smoke"), "skill_climb_step"), phase_a="every")
+
+    class Ctx:  # the one context call phase_a_teachers makes
+        def frozen_policy(self, uri):
+            return FrozenPolicy(uri, b"", {})
+
+    with pytest.raises(ValueError, match=r"records none for \['climb_step_25.r1', 'climb_step_25.r2'\]"):
+        phase_a_teachers(Ctx(), cfg, refs, "models:/tracker/2")
+    library.set_tracker("climb_step_25.r1", "models:/tracker/1")
+    library.set_tracker("climb_step_25.r2", "models:/tracker/2")
+    refs = skill_references(tmp_path / "lib", "climb_step")  # read back from the index
+    assert [r.tracker for r in refs] == ["models:/tracker/1", "models:/tracker/2"]
+    taught, trackers = phase_a_teachers(Ctx(), cfg, refs, "models:/tracker/2")
+    assert [t.uri for t in trackers] == ["models:/tracker/1", "models:/tracker/2"]
+    hardest = phase_a_teachers(Ctx(), replace(cfg, phase_a="hardest"), refs, "models:/tracker/2")
+    assert [r.id for r in hardest[0]] == ["climb_step_25.r2"] and hardest[1][0].uri == "models:/tracker/2"
+
+    env_cfg = skill_env(cfg, taught)
+    assert [lane.reference_id for lane in env_cfg.references()] == ["climb_step_25.r1", "climb_step_25.r2"]
+    assert all(np.array_equal(lane.qpos, r.tracked) for lane, r in zip(env_cfg.references(), refs, strict=True))
+    teachers = [TeacherSpec(t, lanes=[r.id]) for r, t in zip(taught, trackers, strict=True)]
+    common = dict(env=env_cfg, envs_per_actor=6, seed=0, actor=cfg.actor, critic=cfg.critic,
+                  ppo=PPOConfig(dagger_coef=1.0))  # fmt: skip
+    spec = TrainSpec(**common, teachers=teachers)
+    env = TrackingEnv(env_cfg, 6, seed=1)
+    groups = teacher_groups(spec, env.course_state()["column"])
+    assert groups.tolist() == env.lane.tolist() == [0, 1, 0, 1, 0, 1]  # env i tracks lane i mod 2: its tracker
+    with pytest.raises(ValueError, match=r"lanes \['climb_step_25.r3'\] are not in the tracking env's lanes"):
+        TrainSpec(**common, teachers=[TeacherSpec(trackers[0], lanes=["climb_step_25.r3"])])

@@ -57,7 +57,7 @@ def main() -> None:
     aug = stage_config(pipeline, cfg.library)
     refs = skill_references(args.run_dir / "references" / cfg.library, cfg.skill)
     ref = refs[-1]
-    phase_a = skill_env(cfg, ref)
+    phase_a = skill_env(cfg, [ref])
     course = course_conditions()
     rows = {
         "phase A's env: the proposal its tracker followed, in its first pose": phase_a,

@@ -44,7 +44,7 @@ def main() -> None:
     print(f"{args.trials} trials from each proposal's first frame; success as the tracking task's")
     print(f"{'reference':24s} {'its own tracker':>16s} {f'round {last} tracker':>16s}")
     for ref in refs:
-        env_cfg = skill_env(cfg, ref)
+        env_cfg = skill_env(cfg, [ref])
         env_cfg = replace(env_cfg, task=replace(env_cfg.task, action_offset=offset, start_posture="reference"))
         env, shares = TrackingEnv(env_cfg, 1), []  # for the observation widths
         for r in (ref.round, last):

@@ -214,13 +214,15 @@ def build_learner(
 
 
 def teacher_groups(spec: TrainSpec, columns: np.ndarray) -> torch.Tensor:
-    """[N] index of the teacher labelling each env (by its tile type; -1: none), for envs on tile ``columns``."""
+    """[N] index of the teacher labelling each env (by its tile type, or in a tracking env by its lane; -1: none),
+    for envs on tile (lane) ``columns``."""
     groups = torch.full((len(columns),), -1, dtype=torch.long)
     if not spec.teachers:
         return groups
-    types = spec.env.terrain.tile_types if hasattr(spec.env, "terrain") else ["reference"]  # tracking: one group
+    terrain = hasattr(spec.env, "terrain")
+    types = spec.env.terrain.tile_types if terrain else [lane.reference_id for lane in spec.env.references()]
     for k, teacher in enumerate(spec.teachers):
-        wanted = set(teacher.tile_types or types)
+        wanted = set((teacher.tile_types if terrain else teacher.lanes) or types)
         mine = torch.tensor([types[c] in wanted and groups[i] < 0 for i, c in enumerate(columns)], dtype=torch.bool)
         groups[mine] = k
     return groups

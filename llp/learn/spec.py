@@ -3,7 +3,7 @@
 A stage builds one ``TrainSpec``: the env it trains in, the networks, the
 learning rule (PPO, DAgger and reconstruction coefficients live in
 ``PPOConfig``), the frozen teachers that label states for DAgger (each for the
-envs of its tile types), the reward groups (one value head each) and the
+envs of its tile types, or of its references in a tracking env), the reward groups (one value head each) and the
 optional phase-conditional AMP. The same spec goes, unchanged, to simulator
 actors, to the learner actor and to co-located actors; nothing is re-typed from
 dicts on the way.
@@ -37,10 +37,12 @@ class FrozenPolicy:
 
 @dataclass
 class TeacherSpec:
-    """A frozen expert and its env group: the envs on ``tile_types`` (all envs when None)."""
+    """A frozen expert and its env group: the envs on ``tile_types`` of a terrain env, or on the references
+    ``lanes`` of a tracking env (their ids; each lane's tracker labels its own), all envs when None."""
 
     policy: FrozenPolicy
     tile_types: list[str] | None = None
+    lanes: list[str] | None = None
 
 
 @dataclass
@@ -142,10 +144,16 @@ class TrainSpec:
             raise ValueError(f"{heads} reward group(s) need a critic with {heads} value heads")
         if self.ppo.dagger_coef > 0 and not self.teachers and self.group is None:  # a group may have none
             raise ValueError("dagger_coef > 0 needs at least one teacher")
-        known = set(self.env.terrain.tile_types) if hasattr(self.env, "terrain") else set()
+        terrain = hasattr(self.env, "terrain")
+        known = set(self.env.terrain.tile_types) if terrain else set()
+        lanes = set() if terrain else {lane.reference_id for lane in self.env.references()}
         for t in self.teachers:
             unknown = [x for x in t.tile_types or [] if x not in known]
             if unknown:
                 raise ValueError(f"teacher {t.policy.uri}: tile types {unknown} are not in the env ({sorted(known)})")
+            unknown = [x for x in t.lanes or [] if x not in lanes]
+            if unknown:
+                where = f"the tracking env's lanes ({sorted(lanes)})" if lanes else "a terrain env (no lanes)"
+                raise ValueError(f"teacher {t.policy.uri}: lanes {unknown} are not in {where}")
         if self.amp is not None and len(self.amp.references) != len(self.amp.cfg.triggers) + 1:
             raise ValueError("AMP needs one reference set per phase (len(triggers) + 1)")

@@ -48,6 +48,10 @@ class Reference:
     # The tracker follows it, not the physics rollout kept as ``qpos``: a skill stage whose expert is that
     # tracker must give it this reference (on its own rollout as reference, the 30 cm tracker fell every time)
     tracked: np.ndarray | None = None
+    # growth rounds: the models:/ URI of the round's tracker, which follows ``tracked`` (registered with the
+    # library; a skill stage's phase A routes it to the envs on this reference). None: not registered (a rejected
+    # round, or a library grown before trackers were kept per round)
+    tracker: str | None = None
 
     @property
     def accepted(self) -> bool:
@@ -110,9 +114,17 @@ class ReferenceLibrary:
         _write_atomic(self.root / f"{ref.id}.npz",
                       lambda f: np.savez_compressed(f, qpos=ref.qpos, fps=ref.fps, **extra))  # fmt: skip
         self.entries.append(ref)
+        self._write_index()
+        return ref
+
+    def _write_index(self) -> None:
         text = json.dumps({"entries": [e.to_json() for e in self.entries]}, indent=1)
         _write_atomic(self.root / INDEX, lambda f: f.write(text.encode()))
-        return ref
+
+    def set_tracker(self, ref_id: str, uri: str) -> None:
+        """Record the registered tracker of entry ``ref_id`` (the index rewritten whole)."""
+        self.get(ref_id).tracker = uri
+        self._write_index()
 
     def lineage(self, ref_id: str) -> list[Reference]:
         """The entry and its ancestors, the seed's entry last."""

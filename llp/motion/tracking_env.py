@@ -205,8 +205,8 @@ class TrackingEnv:
         return {g: {t: self._obs[t].shape[1] for t in terms} for g, terms in self.groups.items()}
 
     def course_state(self) -> dict[str, np.ndarray]:
-        """One env group: every env tracks the same reference (teacher routing reads column 0)."""
-        return {"column": np.zeros(self.num_envs, dtype=np.int64)}
+        """Each env's lane, as a terrain env's tile column (teacher routing reads it: a lane's tracker labels it)."""
+        return {"column": self.lane.astype(np.int64)}
 
     # ------------------------------------------------------------------ reset
     def reset(self) -> dict:
