@@ -542,3 +542,26 @@ def test_falls_are_told_apart_by_the_end_body_that_left_its_reference_and_the_qu
             details[detail] = details.get(detail, 0) + count
     assert ends.get("end_body_z") == 4, (ends, details)
     assert details == {"end_body_z/left_forearm": 4, "fell_in_quarter/1": 4}
+
+
+def test_a_pelvis_touching_the_box_ends_the_episode_when_the_task_counts_body_contact_as_a_fall():
+    """The terrain env counts a contact of the robot's termination bodies (pelvis, torso) as a fall on the course;
+    with ``terminations.body_contact`` the tracking env does too (the cause ``body_contact``), and without it the
+    same contact ends nothing."""
+    qpos = _standing(30)
+    box = ObstacleBox(kind="climb", height=0.6, depth=0.6, width=1.2, front_x=-0.1)  # the robot stands inside it
+
+    def ends(**terminations) -> dict[str, int]:
+        task = tracking_task(overrides={"terminations": terminations, "hold_s": 0.0})
+        cfg = TrackingEnvConfig(task=task, qpos=qpos, fps=50.0, obstacle=box, contacts=[], reference_id="inside")
+        env = TrackingEnv(cfg, 3, seed=3)
+        env.start_trials()
+        total: dict[str, int] = {}
+        for _ in range(2):
+            for cause, count in env.step(torch.zeros(3, env.num_actions)).info["ends"].items():
+                total[cause] = total.get(cause, 0) + count
+        return total
+
+    touched = ends(body_contact=True)  # the robot's termination_bodies: its pelvis and torso
+    assert touched["body_contact"] >= 3  # every env, on its first steps
+    assert "body_contact" not in ends()

@@ -63,6 +63,13 @@ class TrackingTerminations:
         "them, m. A walking robot reaches the box on its own timing, not the reference's clock; the skill stage's "
         "walk-in evaluation tolerates 1.0. None: anchor_z and end_body_z as every episode.",
     )
+    body_contact: bool = field(
+        default=False,
+        doc="A contact of the robot's termination_bodies (its pelvis and torso) with anything, the floor or a box, "
+        "ends the episode, as it ends a course trial in the terrain env (a fall there). False: mjlab's tracking, "
+        "which has no such end.",
+    )
+    contact_threshold: float = field(default=1.0, doc="Net contact force on such a body that ends it, N.")
 
 
 @dataclass(kw_only=True)
@@ -190,6 +197,7 @@ class TrackingTaskConfig:
               "a lead-in for walking starts alone, or lead_in_m for every episode: not both")  # fmt: skip
         unheld = self.terminations.walking_unheld_z
         check(unheld is None or unheld > 0, f"{p}terminations.walking_unheld_z", "must be > 0 (or null)")
+        check(self.terminations.contact_threshold > 0, f"{p}terminations.contact_threshold", "must be > 0")
         check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
         check(self.lead_in_speed >= 0, f"{p}lead_in_speed", "must be >= 0")
         check(self.lead_in_tolerance_m >= 0, f"{p}lead_in_tolerance_m", "must be >= 0")

@@ -100,6 +100,12 @@ class TrackingEnv:
         self.boxes = [replace(lane.obstacle, y=lane.obstacle.y + k * LANE_SPACING) for k, lane in enumerate(lanes)]
         for k, box in enumerate(self.boxes):
             add_obstacle(spec, box, name="obstacle" if k == 0 else f"obstacle_{k}", floor=k == 0)
+        touching = task.robot.termination_bodies if task.terminations.body_contact else []
+        for name in touching:  # the net contact force on each (found, fx, fy, fz)
+            if spec.body(name) is None:
+                raise ValueError(f"termination_bodies: body {name!r} is not in robot {task.robot.name}")
+            spec.add_sensor(name=f"fall_contact_{name}", type=mujoco.mjtSensor.mjSENS_CONTACT,
+                            objtype=mujoco.mjtObj.mjOBJ_BODY, objname=name, intprm=[3, 3, 1])  # fmt: skip
         m = self.model = spec.compile()
         self.warp = task.backend == "warp"
         self.randomized = task.friction is not None
@@ -114,6 +120,11 @@ class TrackingEnv:
         self.env_models = [copy.copy(m) for _ in range(num_envs)] if self.randomized and not self.warp else None
         self.qpos, self.qvel = self.batch.bind("qpos"), self.batch.bind("qvel")
         self.ctrl, self.xpos = self.batch.bind("ctrl"), self.batch.bind("xpos")
+        self.contact_force_idx = None  # sensordata columns of the termination bodies' net contact forces
+        if touching:
+            self.sensordata = self.batch.bind("sensordata")
+            adr = np.array([m.sensor(f"fall_contact_{b}").adr[0] for b in touching])
+            self.contact_force_idx = (adr[:, None] + np.arange(1, 4)[None, :]).ravel()
         self.dt = task.policy_dt
 
         joints = [int(m.actuator_trnid[a, 0]) for a in range(m.nu)]
@@ -544,11 +555,15 @@ class TrackingEnv:
         if t.walking_unheld_z is not None:  # walking starts keep their own timing: heights not held to the clock
             anchor_z = np.where(self.walking, t.walking_unheld_z, t.anchor_z)
             end_body_z = np.where(self.walking, t.walking_unheld_z, t.end_body_z)
-        return {
+        causes = {
             "anchor_z": errors["anchor_z"] > anchor_z,
             "tilt": tilt > t.tilt,
             "end_body_z": errors["end_z"] > end_body_z,
         }
+        if self.contact_force_idx is not None:  # a body the course counts a fall on touches the floor or a box
+            force = self.sensordata[:, self.contact_force_idx].reshape(self.num_envs, -1, 3)
+            causes["body_contact"] = (np.sqrt((force**2).sum(axis=2)) > t.contact_threshold).any(axis=1)
+        return causes
 
     # ------------------------------------------------------------------ observations
     def _compute_obs(self) -> None:
