@@ -203,10 +203,10 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     if stop:
         print(f"[llp] {ctx.stage}: growth stops: {stop}", flush=True)
     ctx.extra["growth"] = {"rounds": rounds, "stopped": stop}
-    ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
     ctx.log_learning_curve(curve)  # every round's iterations, one after the other
     _pictures(ctx, library, robot_cfg, root)
     if not trackers:  # the seed alone has no tracker: the skill stages would have no expert to learn from
+        ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
         raise RuntimeError(
             f"reference augmentation accepted no round ({stop}), so there is no tracker for the skill stages; "
             "nothing was registered (a retry starts again from round 1, with other seeds)"
@@ -216,6 +216,7 @@ def run(ctx, cfg: ReferenceAugmentationConfig, inputs: dict[str, str]) -> dict[s
     for ref_id, actor in trackers.items():
         uri = _register_tracker(ctx, actor, task)
         library.set_tracker(ref_id, uri)
+    ctx.log_json({"rounds": rounds, "stopped": stop, "library": library.table()}, "references/rounds.json")
     return {"library": ctx.register_dataset("library", root), "tracker": uri}
 
 

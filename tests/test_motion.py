@@ -224,6 +224,10 @@ def test_the_library_keeps_and_shows_each_entrys_heading_drift(tmp_path):
     rows = again.table().splitlines()
     assert "| heading drift |" in rows[0]
     assert "| 21.8 deg |" in rows[3] and "| - | contact keyframes" in rows[2]
+    again.set_tracker("climb_step_25.r1", "models:/llp-reference-tracker/3")  # the round's registered tracker
+    rows = ReferenceLibrary(tmp_path / "refs").table().splitlines()
+    assert rows[0].endswith("| tracker |") and rows[2].endswith("| - |")  # the seed has none
+    assert rows[3].endswith("| models:/llp-reference-tracker/3 |")
 
 
 def test_a_heading_limit_outside_0_to_180_degrees_is_named():

@@ -136,9 +136,10 @@ class ReferenceLibrary:
     def table(self) -> str:
         """The entries with provenance, as a Markdown table."""
         head = (
-            "| id | skill | round | parent | obstacle | checks | tracking error | success | heading drift | made by |"
+            "| id | skill | round | parent | obstacle | checks | tracking error | success | heading drift | made by "
+            "| tracker |"
         )
-        rows = [head, "|" + "---|" * 10]
+        rows = [head, "|" + "---|" * 11]
         for e in self.entries:
             checks = ", ".join(f"{a.name} {_verdict(a.passed)}" for a in e.acceptance)
             err = "-" if e.tracking_error_m is None else f"{100 * e.tracking_error_m:.1f} cm"
@@ -147,7 +148,7 @@ class ReferenceLibrary:
             obst = f"{e.obstacle.kind} {round(100 * e.obstacle.height, 1):g} cm"
             rows.append(
                 f"| {e.id} | {e.skill} | {e.round} | {e.parent or '-'} | {obst} | {checks} | {err} | {succ} | "
-                f"{drift} | {e.made_by.split(',')[0]} |"
+                f"{drift} | {e.made_by.split(',')[0]} | {e.tracker or '-'} |"
             )
         return "\n".join(rows)
 
