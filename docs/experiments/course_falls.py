@@ -4,7 +4,7 @@ which body, the tilt, the base height) and when. Usage (from the repository root
 that registered the policy:
 
     python docs/experiments/course_falls.py RUN_ROOT models:/llp-skill-climb-step/1 [--heights 0.45 0.5] \
-        [--start 2.2 2.3] [--trials 20] [--seed 7]
+        [--start 2.2 2.3] [--trials 20] [--seed 7] [--set stages.evaluate_final.protocol.course_env...]
 
 The trials are `llp evaluate`'s for the same --seed, course start and heights (the final evaluation's course).
 """
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", default="local")
+    parser.add_argument("--set", action="append", default=[], dest="sets", help="as llp evaluate's --set")
     args = parser.parse_args()
 
     from actors.evaluator import EvaluatorWorker
@@ -44,7 +45,7 @@ def main() -> None:
 
     heights = "[" + ",".join(str(h) for h in args.heights) + "]"
     sets = [f"run_root={args.run_root}", f"stages.evaluate_final.protocol.course_env.terrain.climb_heights={heights}"]
-    pipeline = load_pipeline(args.profile, sets)
+    pipeline = load_pipeline(args.profile, sets + args.sets)
     protocol = stage_config(pipeline, "evaluate_final").protocol
     uri = tracking.registered_model(args.run_root.resolve(), pipeline.experiment, args.model)
     policy = FrozenPolicy(uri, *tracking.download_policy(uri))
