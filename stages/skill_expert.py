@@ -168,7 +168,7 @@ def skill_env(cfg: SkillExpertConfig, refs: list, tracker_specs: list[dict] = ()
     """Phase A's training env: one lane per reference in ``refs`` (one, or every height), each the motion its
     tracker was trained on (the round's raised proposal; a tracker does not follow its own rollout kept as the
     entry's motion); checks that it gives every term each tracker (``tracker_specs``) reads."""
-    from llp.motion.tracking import Lane, TrackingEnvConfig, tracking_task
+    from llp.motion.tracking import tracking_task
 
     untracked = [ref.id for ref in refs if ref.tracked is None]
     if untracked:
@@ -177,10 +177,7 @@ def skill_env(cfg: SkillExpertConfig, refs: list, tracker_specs: list[dict] = ()
             "grown before that was recorded: grow it again with the reference_augmentation stage)"
         )
     task = tracking_task(cfg.task, cfg.robot, cfg.env)
-    first, *more = refs
-    env_cfg = TrackingEnvConfig(task=task, qpos=first.tracked, fps=first.fps, obstacle=first.obstacle,
-                                contacts=first.contacts, reference_id=first.id,
-                                lanes=[Lane(r.tracked, r.obstacle, r.contacts, r.id) for r in more])  # fmt: skip
+    env_cfg = lanes_env(task, refs, tracked=True)
     for spec in tracker_specs:
         for obs_ref in spec.get("obs", []):
             group, _, term = obs_ref.partition("/")

@@ -46,7 +46,7 @@ from llp.sim.env import StepResult
 from llp.sim.math3d import yaw_and_gravity
 from llp.sim.proprio import convert_proprio, proprio_head
 from llp.sim.robot import default_joint_positions, load_robot_spec
-from llp.sim.scene import TERRAIN_FRICTION, robot_collision_geoms
+from llp.sim.scene import TERRAIN_FRICTION, add_contact_sensor, contact_force_columns, robot_collision_geoms
 
 LANE_SPACING = 4.0  # m between the lanes' boxes (across the motion): a robot that strays 2 m sideways has fallen
 
@@ -101,11 +101,10 @@ class TrackingEnv:
         for k, box in enumerate(self.boxes):
             add_obstacle(spec, box, name="obstacle" if k == 0 else f"obstacle_{k}", floor=k == 0)
         touching = task.robot.termination_bodies if task.terminations.body_contact else []
-        for name in touching:  # the net contact force on each (found, fx, fy, fz)
+        for name in touching:
             if spec.body(name) is None:
                 raise ValueError(f"termination_bodies: body {name!r} is not in robot {task.robot.name}")
-            spec.add_sensor(name=f"fall_contact_{name}", type=mujoco.mjtSensor.mjSENS_CONTACT,
-                            objtype=mujoco.mjtObj.mjOBJ_BODY, objname=name, intprm=[3, 3, 1])  # fmt: skip
+            add_contact_sensor(spec, name)
         m = self.model = spec.compile()
         self.warp = task.backend == "warp"
         self.randomized = task.friction is not None
@@ -123,8 +122,7 @@ class TrackingEnv:
         self.contact_force_idx = None  # sensordata columns of the termination bodies' net contact forces
         if touching:
             self.sensordata = self.batch.bind("sensordata")
-            adr = np.array([m.sensor(f"fall_contact_{b}").adr[0] for b in touching])
-            self.contact_force_idx = (adr[:, None] + np.arange(1, 4)[None, :]).ravel()
+            self.contact_force_idx = contact_force_columns(m, touching)
         self.dt = task.policy_dt
 
         joints = [int(m.actuator_trnid[a, 0]) for a in range(m.nu)]

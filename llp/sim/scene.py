@@ -97,6 +97,23 @@ def tile_geometry(terrain: Terrain, tile_index: int, margin: float = TILE_MARGIN
     )
 
 
+def add_contact_sensor(spec: mujoco.MjSpec, body: str) -> None:
+    """A sensor ``contact_<body>``: the net contact force on ``body`` (found, fx, fy, fz; world frame)."""
+    spec.add_sensor(
+        name=f"contact_{body}",
+        type=mujoco.mjtSensor.mjSENS_CONTACT,
+        objtype=mujoco.mjtObj.mjOBJ_BODY,
+        objname=body,
+        intprm=[3, 3, 1],  # data = found|force, reduce = netforce (world frame), one slot
+    )
+
+
+def contact_force_columns(model: mujoco.MjModel, bodies: list[str]) -> np.ndarray:
+    """The sensordata columns of the forces (fx, fy, fz) of ``bodies``' contact sensors, body after body."""
+    adr = np.array([model.sensor(f"contact_{b}").adr[0] for b in bodies], dtype=np.int64)
+    return (adr[:, None] + np.arange(1, 4)[None, :]).ravel()
+
+
 def robot_scene_spec(robot: RobotConfig, physics_dt: float, solver_iterations: int = 6):
     """The robot as a spec with the solver options and the sensors the tasks read; (spec, contact bodies)."""
     spec = load_robot_spec(robot)
@@ -113,13 +130,7 @@ def robot_scene_spec(robot: RobotConfig, physics_dt: float, solver_iterations: i
             continue
         if any(g.contype for g in body.geoms):
             contact_bodies.append(body.name)
-            spec.add_sensor(
-                name=f"contact_{body.name}",
-                type=mujoco.mjtSensor.mjSENS_CONTACT,
-                objtype=mujoco.mjtObj.mjOBJ_BODY,
-                objname=body.name,
-                intprm=[3, 3, 1],  # data = found|force, reduce = netforce (world frame), one slot
-            )
+            add_contact_sensor(spec, body.name)
     for site in robot.foot_sites:
         spec.add_sensor(
             name=f"vel_{site}", type=mujoco.mjtSensor.mjSENS_FRAMELINVEL, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site

@@ -52,12 +52,12 @@ class TakesSkills:
         check(not extra, f"{path}.libraries", f"{extra}: not skills of this stage ({', '.join(self.skills)})")
 
 
-def lanes_env(task, refs: list, walking_states=None):
-    """The tracking env of ``task`` with one lane per reference (its physics rollout over its box), and the
-    teacher's recorded walk for walking starts."""
+def lanes_env(task, refs: list, walking_states=None, tracked: bool = False):
+    """The tracking env of ``task`` with one lane per reference (its physics rollout over its box; ``tracked``: the
+    proposal its round's tracker followed), and the teacher's recorded walk for walking starts."""
     from llp.motion.tracking import Lane, TrackingEnvConfig
 
-    lanes = [Lane(r.qpos, r.obstacle, r.contacts, r.id) for r in refs]
+    lanes = [Lane(r.tracked if tracked else r.qpos, r.obstacle, r.contacts, r.id) for r in refs]
     first = lanes[0]
     return TrackingEnvConfig(task=task, qpos=first.qpos, fps=refs[0].fps, obstacle=first.obstacle,
                              contacts=first.contacts, reference_id=first.reference_id, lanes=lanes[1:],
