@@ -88,6 +88,10 @@ class GeneralizationConfig:
         doc="Overrides of phase A's env: where episodes start and in which posture (validated).",
     )
     ppo: PPOConfig = field(default_factory=_phase_b_ppo, doc="PPO alone (dagger_coef 0: no expert labels).")
+    lane_shares: list[float] = field(
+        default_factory=list,
+        doc="Each accepted reference's share of phase B's envs, lowest to highest, one per reference; []: equal.",
+    )
 
 
 @dataclass(kw_only=True)
@@ -141,6 +145,7 @@ class SkillExpertConfig(TrainingStageConfig):
         check(self.phase_a in PHASE_A, f"{path}.phase_a", f"{self.phase_a!r}: one of {', '.join(PHASE_A)}")
         gen = self.generalization
         check(gen.iterations >= 0, f"{path}.generalization.iterations", "must be >= 0")
+        check(all(s > 0 for s in gen.lane_shares), f"{path}.generalization.lane_shares", "every share must be > 0")
         check(self.walk_in_m >= 0, f"{path}.walk_in_m", "must be >= 0")
         check(gen.ppo.dagger_coef == 0, f"{path}.generalization.ppo.dagger_coef", "phase B has no expert labels: 0")
         check(gen.ppo.rl_coef > 0, f"{path}.generalization.ppo.rl_coef", "phase B learns by PPO alone: > 0")
@@ -207,7 +212,16 @@ def generalization_env(cfg: SkillExpertConfig, refs: list, walking_states=None):
     from llp.motion.tracking import tracking_task
 
     task = tracking_task(cfg.task, cfg.robot, merge(cfg.env, cfg.generalization.env))
-    return lanes_env(task, refs, walking_states)
+    return lanes_env(task, refs, walking_states, shares=check_lane_shares(cfg, refs))
+
+
+def check_lane_shares(cfg: SkillExpertConfig, refs: list) -> list[float]:
+    """Phase B's lane shares, one per reference (refused by name otherwise, before any training)."""
+    shares = cfg.generalization.lane_shares
+    if shares and len(shares) != len(refs):
+        raise ValueError(f"generalization.lane_shares {shares} needs one share per accepted reference, lowest to "
+                         f"highest: the library has {len(refs)} ({', '.join(r.id for r in refs)})")  # fmt: skip
+    return shares
 
 
 def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
@@ -220,6 +234,7 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
     from llp.learn.spec import TeacherSpec, TrainSpec
 
     refs = skill_references(ctx.load_dataset(inputs["library"]), cfg.skill)
+    check_lane_shares(cfg, refs)
     taught, trackers = phase_a_teachers(ctx, cfg, refs, inputs["tracker"])
     tracker = trackers[-1]  # the hardest reference's: evaluated as "tracking expert" on it
     env_cfg = skill_env(cfg, taught, [t.spec for t in trackers])
@@ -268,7 +283,7 @@ def run(ctx, cfg: SkillExpertConfig, inputs: dict[str, str]) -> dict[str, str]:
             print(f"[llp] {ctx.stage}: resumed in phase B; phase A's policy is not evaluated", flush=True)
     _evaluate(ctx, cfg, policies, "favorable start")
     if cfg.generalization.iterations:
-        starts = phase_b_starts(cfg, gen_cfg, walk)
+        starts = phase_b_starts(cfg, replace(gen_cfg, lane_shares=[]), walk)  # every height alike
         for protocol, env_b in starts.items():
             expert_b = (tracker.uri, replace(env_b, task=replace(env_b.task, action_offset=offset)))
             at_b = {k: (v[0], env_b) for k, v in policies.items() if k != "tracking expert"}

@@ -103,6 +103,13 @@ def test_the_goal_reward_peaks_on_top_of_the_box(seed):
         ),
         ({"env": {"walking_starts": 0.5}}, "env.walking_starts", "phase A starts on its reference"),
         ({"walking": {"speed": [0.6, 0.3]}}, "walking.speed", "0 <= lo <= hi"),
+        ({"generalization": {"lane_shares": [1.0, 0.0]}}, "generalization.lane_shares", "every share must be > 0"),
+        (
+            {"generalization": {"env": {"terminations": {"max_tilt": 0.0}}}},
+            "generalization.env.terminations.max_tilt",
+            "radians in (0, pi)",
+        ),
+        ({"env": {"terminations": {"min_base_height": -0.1}}}, "env.terminations.min_base_height", "must be > 0"),
     ],
 )
 def test_a_bad_skill_config_names_its_field(override, where, message):
@@ -222,3 +229,31 @@ def test_phase_a_over_every_height_routes_each_lane_to_its_own_round_s_tracker(s
     assert groups.tolist() == env.lane.tolist() == [0, 1, 0, 1, 0, 1]  # env i tracks lane i mod 2: its tracker
     with pytest.raises(ValueError, match=r"lanes \['climb_step_25.r3'\] are not in the tracking env's lanes"):
         TrainSpec(**common, teachers=[TeacherSpec(trackers[0], lanes=["climb_step_25.r3"])])
+
+
+def test_phase_b_gives_the_taller_lanes_their_shares_of_the_envs(seed, tmp_path):
+    """``generalization.lane_shares`` splits phase B's envs over the library's heights, lowest first; a list that
+    does not match the library is refused with its references named."""
+    from dataclasses import replace
+
+    from llp.config.pipeline import load_pipeline
+    from llp.motion.library import ReferenceLibrary
+    from llp.skills.library import skill_references
+    from llp.stages.registry import stage_config
+    from llp.stages.skill_expert import generalization_env
+
+    library = ReferenceLibrary(tmp_path / "lib")
+    library.add(seed)
+    for r, height in ((1, 0.275), (2, 0.30)):
+        library.add(replace(seed, id=f"climb_step_25.r{r}", round=r, parent=f"climb_step_25.r{r - 1}",
+                            tracked=seed.qpos, obstacle=replace(seed.obstacle, height=height)))  # fmt: skip
+    refs = skill_references(tmp_path / "lib", "climb_step")
+    cfg = stage_config(load_pipeline("smoke"), "skill_climb_step")
+    cfg = replace(cfg, generalization=replace(cfg.generalization, lane_shares=[1.0, 2.0], env={
+        **cfg.generalization.env, "walking_starts": 0.0}))  # fmt: skip
+    env = TrackingEnv(generalization_env(cfg, refs), 6, seed=0)
+    assert env.lane_ids == ["climb_step_25.r1", "climb_step_25.r2"] and env.lane.tolist() == [1, 0, 1, 1, 0, 1]
+    wrong = replace(cfg, generalization=replace(cfg.generalization, lane_shares=[1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match=r"lane_shares \[1.0, 2.0, 3.0\] needs one share per accepted reference, "
+                       r"lowest to highest: the library has 2 \(climb_step_25.r1, climb_step_25.r2\)"):  # fmt: skip
+        generalization_env(wrong, refs)

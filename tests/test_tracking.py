@@ -314,6 +314,26 @@ def test_lanes_give_each_env_its_own_reference_box_scan_and_goal(seed):
         assert errors["anchor_pos"].max() < 1e-9
 
 
+def test_lane_shares_give_each_lane_its_share_of_the_envs_interleaved(seed):
+    """Equal shares keep env i on lane i mod lanes; others split the envs in proportion, each lane spread over
+    the batch; a share per reference, each > 0, or the config is refused by name."""
+    from dataclasses import replace
+
+    from llp.motion.tracking_env import lane_assignment
+
+    for lanes in (1, 3, 4):
+        np.testing.assert_array_equal(lane_assignment(64, [1.0] * lanes), np.arange(64) % lanes)
+    shared = lane_assignment(64, [1, 1, 2, 3])
+    assert np.bincount(shared).tolist() == [9, 9, 18, 28]
+    assert all(np.bincount(shared[:32], minlength=4) > 3)  # the first half already holds every lane
+    env = TrackingEnv(replace(_two_heights(seed), lane_shares=[1.0, 3.0]), 8, seed=2)
+    assert env.lane.tolist() == [1, 0, 1, 1, 1, 0, 1, 1]
+    np.testing.assert_allclose(env.box[:, 4], np.where(env.lane == 1, 0.35, 0.25), atol=1e-9)  # each env, its box
+    for shares in ([1.0], [1.0, 0.0]):
+        with pytest.raises(ValueError, match=r"one share > 0 per reference \(\['low', 'tall'\]\)"):
+            replace(_two_heights(seed), lane_shares=shares)
+
+
 def test_starts_near_the_motion_start_in_the_default_posture(seed):
     env = TrackingEnv(_two_heights(seed, start_window_s=0.2, start_posture="default", start_at_zero=0.0), 200, seed=4)
     assert env.start_frame.max() < 10 and len(np.unique(env.start_frame)) == 10  # 0.2 s at 50 Hz
@@ -447,6 +467,25 @@ def test_a_lead_in_curriculum_draws_up_to_each_envs_level_and_moves_it_by_the_ou
             success = result.info["episode"]["success"]
             moved = np.clip(levels[ended] + np.where(success, 1, -1), 0, 3)
             np.testing.assert_array_equal(env.lead_level[ended], moved)
+
+
+def test_the_course_s_tilt_and_height_rules_end_episodes_where_the_course_would(seed):
+    """terminations.max_tilt compares the base with upright (not with the reference), min_base_height the pelvis
+    with the ground under it: the floor, or the box's top where the pelvis is over it; off by default."""
+    off = TrackingEnv(_two_heights(seed), 4, seed=2)
+    env = TrackingEnv(_two_heights(seed, terminations={"max_tilt": 1.0, "min_base_height": 0.18}), 4, seed=2)
+    env.start_trials()
+    errors = {"anchor_z": np.zeros(4), "end_z": np.zeros(4)}
+    env.qpos[:, 2] = [0.5, 0.5, 0.5, 0.5]  # over the floor, 0.5 m up
+    front = env.box[:, 0] + 0.05
+    env.qpos[2:, 0], env.qpos[2:, 1] = front[2:], env.box[2:, 2]  # envs 2, 3: over their boxes (25, 35 cm)
+    pitch = np.array([0.0, 1.1, 0.0, 0.0])  # env 1 leans 1.1 rad forward (about y)
+    env.qpos[:, 3:7] = np.stack([np.cos(pitch / 2), 0 * pitch, np.sin(pitch / 2), 0 * pitch], axis=1)
+    np.testing.assert_allclose(env.ground_under(env.qpos[:, 0:2]), [0.0, 0.0, 0.25, 0.35], atol=1e-9)
+    causes = env._fell(errors)
+    assert causes["course_tilt"].tolist() == [False, True, False, False]
+    assert causes["base_height"].tolist() == [False, False, False, True]  # 0.5 - 0.35 < 0.18
+    assert "course_tilt" not in off._fell(errors) and "base_height" not in off._fell(errors)
 
 
 def test_lanes_with_other_contact_frames_are_refused(seed):

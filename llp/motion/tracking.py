@@ -70,6 +70,17 @@ class TrackingTerminations:
         "which has no such end.",
     )
     contact_threshold: float = field(default=1.0, doc="Net contact force on such a body that ends it, N.")
+    max_tilt: float | None = field(
+        default=None,
+        doc="The course's tilt rule: the base tilted from upright beyond this ends the episode, whatever the "
+        "reference does (the terrain env's max_tilt, 1.0 rad). None: off (tilt compares with the reference).",
+    )
+    min_base_height: float | None = field(
+        default=None,
+        doc="The course's height rule: the pelvis closer than this to the ground under it (the floor, or the box's "
+        "top where the pelvis is over the box) ends the episode (the terrain env's min_base_height, 0.18 m). "
+        "None: off.",
+    )
 
 
 @dataclass(kw_only=True)
@@ -198,6 +209,9 @@ class TrackingTaskConfig:
         unheld = self.terminations.walking_unheld_z
         check(unheld is None or unheld > 0, f"{p}terminations.walking_unheld_z", "must be > 0 (or null)")
         check(self.terminations.contact_threshold > 0, f"{p}terminations.contact_threshold", "must be > 0")
+        tilt, height = self.terminations.max_tilt, self.terminations.min_base_height
+        check(tilt is None or 0 < tilt < 3.2, f"{p}terminations.max_tilt", "radians in (0, pi) (or null)")
+        check(height is None or height > 0, f"{p}terminations.min_base_height", "must be > 0 (or null)")
         check(self.lead_in_levels >= 0, f"{p}lead_in_levels", "must be >= 0")
         check(self.lead_in_speed >= 0, f"{p}lead_in_speed", "must be >= 0")
         check(self.lead_in_tolerance_m >= 0, f"{p}lead_in_tolerance_m", "must be >= 0")
@@ -235,7 +249,7 @@ class Lane:
 class TrackingEnvConfig:
     """Everything a tracking env needs, picklable for Ray: the task and the reference with its obstacle; with
     ``lanes``, more references of the same skill, each over its own box (env i tracks lane i mod lanes, the main
-    reference being lane 0)."""
+    reference being lane 0; with ``lane_shares``, lane k gets that share of the envs, interleaved)."""
 
     task: TrackingTaskConfig
     qpos: np.ndarray  # [T, nq] the reference
@@ -244,6 +258,7 @@ class TrackingEnvConfig:
     contacts: list[Contact]
     reference_id: str = ""
     lanes: list[Lane] = dataclass_field(default_factory=list)
+    lane_shares: list[float] = dataclass_field(default_factory=list)  # envs per lane, relative; []: equal
     walking_states: np.ndarray | None = None  # [M, D] the teacher's gait (llp.motion.walking_states)
 
     @property
@@ -263,6 +278,9 @@ class TrackingEnvConfig:
         if self.task.walking_starts > 0 and (self.walking_states is None or len(self.walking_states) == 0):
             raise ValueError(f"walking_starts {self.task.walking_starts} needs recorded walking states "
                              "(TrackingEnvConfig.walking_states: the stage's teacher input records them)")  # fmt: skip
+        if self.lane_shares and (len(self.lane_shares) != len(self.lanes) + 1 or min(self.lane_shares) <= 0):
+            raise ValueError(f"lane_shares {list(self.lane_shares)}: one share > 0 per reference "
+                             f"({[lane.reference_id for lane in self.references()]})")  # fmt: skip
         frames = [c.frame for c in self.contacts]
         for lane in self.references():
             name, q = lane.reference_id, lane.qpos

@@ -1,8 +1,8 @@
 """TrackingEnv: N envs tracking one motion reference over its obstacle, in one MuJoCo batch.
 
 Each env holds the robot, a floor and the reference's box. With lanes (``TrackingEnvConfig.lanes``) the model
-holds one box per reference, side by side ``LANE_SPACING`` apart, and env i tracks lane i mod lanes: one
-skill over several obstacle heights (a skill expert's generalisation).
+holds one box per reference, side by side ``LANE_SPACING`` apart, and env i tracks lane i mod lanes (or each
+lane its ``lane_shares``): one skill over several obstacle heights (a skill expert's generalisation).
 
 Training episodes start at a random frame of the reference, in its pose and velocity (reference-state
 initialisation, DeepMimic; mjlab samples start frames too), or in the motion's first ``start_window_s``
@@ -49,6 +49,18 @@ from llp.sim.robot import default_joint_positions, load_robot_spec
 from llp.sim.scene import TERRAIN_FRICTION, add_contact_sensor, contact_force_columns, robot_collision_geoms
 
 LANE_SPACING = 4.0  # m between the lanes' boxes (across the motion): a robot that strays 2 m sideways has fallen
+
+
+def lane_assignment(num_envs: int, shares: list[float]) -> np.ndarray:
+    """[N] each env's lane: lane k gets ``shares[k]`` of the envs, interleaved (smooth weighted round robin:
+    env i goes to the lane furthest behind its share); equal shares give env i lane i mod lanes."""
+    share = np.asarray(shares, dtype=float) / np.sum(shares)
+    counts = np.zeros(len(share))
+    lane = np.empty(num_envs, dtype=np.int64)
+    for i in range(num_envs):
+        lane[i] = int(np.argmax(share * (i + 1) - counts))
+        counts[lane[i]] += 1
+    return lane
 
 
 def _stack_lanes(kin: list[ReferenceKinematics]) -> ReferenceKinematics:
@@ -170,7 +182,7 @@ class TrackingEnv:
             ))  # fmt: skip
         self.ref = _stack_lanes(kin)  # arrays [lane, frame, ...]
         self.num_lanes = len(lanes)
-        self.lane = np.arange(num_envs) % self.num_lanes  # env i tracks lane i mod lanes
+        self.lane = lane_assignment(num_envs, cfg.lane_shares or [1.0] * self.num_lanes)
         self.lane_ids = [lane.reference_id for lane in lanes]
         self.lane_last = np.array([k.num_frames - 1 for k in kin])  # [L] each lane's last frame (end of its hold)
         self.last_frame = self.lane_last[self.lane]  # [N]
@@ -561,7 +573,17 @@ class TrackingEnv:
         if self.contact_force_idx is not None:  # a body the course counts a fall on touches the floor or a box
             force = self.sensordata[:, self.contact_force_idx].reshape(self.num_envs, -1, 3)
             causes["body_contact"] = (np.sqrt((force**2).sum(axis=2)) > t.contact_threshold).any(axis=1)
+        if t.max_tilt is not None:  # the course's rule: tilted from upright, not from the reference
+            causes["course_tilt"] = gravity[:, 2] > -np.cos(t.max_tilt)
+        if t.min_base_height is not None:  # the course's rule: the pelvis over the ground (or the box top) under it
+            causes["base_height"] = self.qpos[:, 2] - self.ground_under(self.qpos[:, 0:2]) < t.min_base_height
         return causes
+
+    def ground_under(self, xy: np.ndarray) -> np.ndarray:
+        """[N] the ground height under each env's point ``xy`` [N, 2]: its box's top over the box, else the floor."""
+        front, back, centre, width, height = self.box.T
+        over = (xy[:, 0] >= front) & (xy[:, 0] <= back) & (np.abs(xy[:, 1] - centre) <= width / 2)
+        return np.where(over, height, 0.0)
 
     # ------------------------------------------------------------------ observations
     def _compute_obs(self) -> None:

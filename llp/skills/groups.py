@@ -52,16 +52,17 @@ class TakesSkills:
         check(not extra, f"{path}.libraries", f"{extra}: not skills of this stage ({', '.join(self.skills)})")
 
 
-def lanes_env(task, refs: list, walking_states=None, tracked: bool = False):
+def lanes_env(task, refs: list, walking_states=None, tracked: bool = False, shares=()):
     """The tracking env of ``task`` with one lane per reference (its physics rollout over its box; ``tracked``: the
-    proposal its round's tracker followed), and the teacher's recorded walk for walking starts."""
+    proposal its round's tracker followed; ``shares``: each lane's share of the envs, [] equal), and the teacher's
+    recorded walk for walking starts."""
     from llp.motion.tracking import Lane, TrackingEnvConfig
 
     lanes = [Lane(r.tracked if tracked else r.qpos, r.obstacle, r.contacts, r.id) for r in refs]
     first = lanes[0]
     return TrackingEnvConfig(task=task, qpos=first.qpos, fps=refs[0].fps, obstacle=first.obstacle,
                              contacts=first.contacts, reference_id=first.reference_id, lanes=lanes[1:],
-                             walking_states=walking_states)  # fmt: skip
+                             lane_shares=list(shares), walking_states=walking_states)  # fmt: skip
 
 
 def walking_states(ctx, teacher_uri: str | None, cfg: WalkingStatesConfig, robot: str, path: str):
