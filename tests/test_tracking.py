@@ -481,7 +481,7 @@ def test_the_course_s_tilt_and_height_rules_end_episodes_where_the_course_would(
     env.qpos[2:, 0], env.qpos[2:, 1] = front[2:], env.box[2:, 2]  # envs 2, 3: over their boxes (25, 35 cm)
     pitch = np.array([0.0, 1.1, 0.0, 0.0])  # env 1 leans 1.1 rad forward (about y)
     env.qpos[:, 3:7] = np.stack([np.cos(pitch / 2), 0 * pitch, np.sin(pitch / 2), 0 * pitch], axis=1)
-    np.testing.assert_allclose(env.ground_under(env.qpos[:, 0:2]), [0.0, 0.0, 0.25, 0.35], atol=1e-9)
+    np.testing.assert_allclose(env.ground_under(env.qpos[:, 0], env.qpos[:, 1]), [0.0, 0.0, 0.25, 0.35], atol=1e-9)
     causes = env._fell(errors)
     assert causes["course_tilt"].tolist() == [False, True, False, False]
     assert causes["base_height"].tolist() == [False, False, False, True]  # 0.5 - 0.35 < 0.18

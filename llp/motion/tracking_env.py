@@ -576,14 +576,16 @@ class TrackingEnv:
         if t.max_tilt is not None:  # the course's rule: tilted from upright, not from the reference
             causes["course_tilt"] = gravity[:, 2] > -np.cos(t.max_tilt)
         if t.min_base_height is not None:  # the course's rule: the pelvis over the ground (or the box top) under it
-            causes["base_height"] = self.qpos[:, 2] - self.ground_under(self.qpos[:, 0:2]) < t.min_base_height
+            ground = self.ground_under(self.qpos[:, 0], self.qpos[:, 1])
+            causes["base_height"] = self.qpos[:, 2] - ground < t.min_base_height
         return causes
 
-    def ground_under(self, xy: np.ndarray) -> np.ndarray:
-        """[N] the ground height under each env's point ``xy`` [N, 2]: its box's top over the box, else the floor."""
-        front, back, centre, width, height = self.box.T
-        over = (xy[:, 0] >= front) & (xy[:, 0] <= back) & (np.abs(xy[:, 1] - centre) <= width / 2)
-        return np.where(over, height, 0.0)
+    def ground_under(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The ground height under each env's points ``x``, ``y`` ([N] or [N, P]): its box's top over the box,
+        else the floor."""
+        box = self.box.reshape(self.num_envs, 5, *([1] * (x.ndim - 1)))  # front, back, centre y, width, height
+        over = (x >= box[:, 0]) & (x <= box[:, 1]) & (np.abs(y - box[:, 2]) <= box[:, 3] / 2)
+        return np.where(over, box[:, 4], 0.0)
 
     # ------------------------------------------------------------------ observations
     def _compute_obs(self) -> None:
@@ -620,13 +622,11 @@ class TrackingEnv:
     def _height_scan(self, root: np.ndarray, quat: np.ndarray) -> np.ndarray:
         """The locomotion env's height scan (llp.sim.sensors.height_scan) over this scene: the floor at 0 and the
         box's top; relative to the ground level the pelvis implies, clipped to +-1 m."""
-        box = self.box[:, :, None]  # each env's own box: front, back, centre y, width, height
         yaw, _ = yaw_and_gravity(quat)
         c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
         px = root[:, 0:1] + c * self.scan_points[:, 0] - s * self.scan_points[:, 1]
         py = root[:, 1:2] + s * self.scan_points[:, 0] + c * self.scan_points[:, 1]
-        on_box = (px >= box[:, 0]) & (px <= box[:, 1]) & (np.abs(py - box[:, 2]) <= box[:, 3] / 2)
-        ground = np.where(on_box, box[:, 4], 0.0)
+        ground = self.ground_under(px, py)
         return np.clip(ground - (root[:, 2:3] - self.task.robot.base_height), -1.0, 1.0)
 
     def _obs_tensors(self) -> dict:
